@@ -1,0 +1,1 @@
+"""kubetrain's KFP v2 components (imported as ``kubetrain.components``)."""

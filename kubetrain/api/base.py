@@ -1,0 +1,53 @@
+"""Building blocks shared by every resource model.
+
+Models are pydantic v2 with camelCase aliases, so a manifest read from YAML
+validates as-is and dumps back to the same shape. Three markers carry CRD
+facts that JSON Schema cannot express; the CRD generator (``crdgen``) reads
+them:
+
+* ``k8s_ref(name)``: the field holds a Kubernetes core type (a pod template, a
+  toleration list, ...). Its schema is taken from the OpenAPI the API server
+  serves, not written by hand.
+* ``cel(rule, message)``: an ``x-kubernetes-validations`` rule. Messages name
+  the field and say what to do, because they reach users verbatim.
+* ``int_or_string()``: the Kubernetes int-or-string union.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+K8S_REF = "x-kubetrain-k8s-ref"
+VALIDATIONS = "x-kubernetes-validations"
+
+
+class ApiModel(BaseModel):
+    """Base of every model: camelCase on the wire, unknown fields kept."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest form: camelCase keys, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def k8s_ref(name: str, **extra: Any) -> dict[str, Any]:
+    """Schema marker for a field of Kubernetes core type ``name`` (e.g. ``io.k8s.api.core.v1.PodTemplateSpec``)."""
+    return {K8S_REF: name, **extra}
+
+
+def cel(rule: str, message: str, **extra: Any) -> dict[str, str]:
+    """One CEL validation rule with a message that names the field."""
+    return {"rule": rule, "message": message, **extra}
+
+
+def rules(*items: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """``json_schema_extra`` carrying CEL rules."""
+    return {VALIDATIONS: list(items), **extra}
+
+
+def int_or_string() -> dict[str, Any]:
+    return {"x-kubernetes-int-or-string": True}

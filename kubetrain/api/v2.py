@@ -1,0 +1,496 @@
+"""Kubeflow Trainer v2 resources (group ``trainer.kubeflow.org``, version ``v1alpha1``).
+
+The v2.2/v2.3 shape: TrainJob with ``runtimePatches``; TrainingRuntime and
+ClusterTrainingRuntime holding a JobSet-shaped template. kubetrain reconciles
+the template straight into pods (no JobSet controller), so only the JobSet and
+Job fields that shape pods are modelled; the rest is kept as given.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Final, Literal
+
+from pydantic import Field
+
+from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+
+MANAGED_BY_UPSTREAM = "trainer.kubeflow.org/trainjob-controller"
+MANAGED_BY_KUBETRAIN = "kubetrain.dev/controller"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
+
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+_IMMUTABLE = "self == oldSelf"
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+class ObjectMeta(ApiModel):
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class MetadataPatch(ApiModel):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+# -- TrainJob -----------------------------------------------------------------------------------
+
+
+class RuntimeRef(ApiModel):
+    name: str = Field(min_length=1, max_length=253)
+    api_group: str | None = Field("trainer.kubeflow.org", max_length=253)
+    kind: Literal["TrainingRuntime", "ClusterTrainingRuntime"] | None = Field("ClusterTrainingRuntime")
+
+
+class InitializerSpec(ApiModel):
+    storage_uri: Annotated[
+        str | None,
+        Field(
+            max_length=2048,
+            json_schema_extra=rules(
+                cel(
+                    "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",
+                    "storageUri must be a URI with a scheme, e.g. hf://org/name or s3://bucket/path",
+                ),
+            ),
+        ),
+    ] = None
+    env: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.EnvVar", array=True, maxItems=128)
+    )
+    secret_ref: dict[str, Any] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.LocalObjectReference")
+    )
+
+
+class Initializer(ApiModel):
+    dataset: InitializerSpec | None = None
+    model: InitializerSpec | None = None
+
+
+RESERVED_TRAINER_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "DMLC_TRACKER_URI",
+    "DMLC_TRACKER_PORT",
+    "DMLC_TASK_ID",
+    "DMLC_NUM_WORKER",
+)
+
+
+class Trainer(ApiModel):
+    image: str | None = Field(None, max_length=500)
+    command: list[str] | None = Field(None, max_length=128)
+    args: list[str] | None = Field(None, max_length=128)
+    env: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            json_schema_extra=k8s_ref(
+                "io.k8s.api.core.v1.EnvVar",
+                array=True,
+                maxItems=128,
+                **rules(
+                    cel(
+                        f"self.all(e, !(e.name in {_quoted(RESERVED_TRAINER_ENV)}))",
+                        "spec.trainer.env must not set reserved names ("
+                        + ", ".join(RESERVED_TRAINER_ENV)
+                        + "); the controller sets them",
+                    )
+                ),
+            )
+        ),
+    ] = None
+    num_nodes: int | None = Field(None, ge=0)
+    resources_per_node: dict[str, Any] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.ResourceRequirements")
+    )
+    num_proc_per_node: int | None = Field(None, ge=1)
+
+
+class ContainerPatch(ApiModel):
+    name: str
+    env: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.EnvVar", array=True)
+    )
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.VolumeMount", array=True)
+    )
+    security_context: dict[str, Any] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.SecurityContext")
+    )
+
+
+class PodSpecPatch(ApiModel):
+    service_account_name: str | None = None
+    volumes: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.Volume", array=True, maxItems=128)
+    )
+    init_containers: list[ContainerPatch] | None = Field(None, max_length=64)
+    containers: list[ContainerPatch] | None = Field(None, max_length=64)
+    image_pull_secrets: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.LocalObjectReference", array=True)
+    )
+    security_context: dict[str, Any] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodSecurityContext")
+    )
+    node_selector: dict[str, str] | None = None
+    affinity: dict[str, Any] | None = Field(None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.Affinity"))
+    tolerations: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.Toleration", array=True, maxItems=128)
+    )
+    scheduling_gates: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodSchedulingGate", array=True, maxItems=16)
+    )
+    termination_grace_period_seconds: int | None = Field(None, ge=0)
+
+
+class PodTemplatePatch(ApiModel):
+    metadata: MetadataPatch | None = None
+    spec: PodSpecPatch | None = None
+
+
+class JobSpecPatch(ApiModel):
+    template: PodTemplatePatch | None = None
+
+
+class JobTemplatePatch(ApiModel):
+    metadata: MetadataPatch | None = None
+    spec: JobSpecPatch | None = None
+
+
+class ReplicatedJobPatch(ApiModel):
+    name: str
+    template: JobTemplatePatch | None = None
+
+
+class JobSetSpecPatch(ApiModel):
+    replicated_jobs: list[ReplicatedJobPatch] | None = Field(None, max_length=100)
+
+
+class JobSetTemplatePatch(ApiModel):
+    metadata: MetadataPatch | None = None
+    spec: JobSetSpecPatch | None = None
+
+
+class TrainingRuntimeSpecPatch(ApiModel):
+    template: JobSetTemplatePatch | None = None
+
+
+class RuntimePatch(ApiModel):
+    manager: str = Field(min_length=1, max_length=253)
+    time: str | None = None
+    training_runtime_spec: TrainingRuntimeSpecPatch | None = None
+
+
+class PodTemplateOverrideTarget(ApiModel):
+    name: str
+
+
+class PodTemplateOverride(ApiModel):
+    """The v2.1 form of pod overrides, accepted for compatibility."""
+
+    target_jobs: list[PodTemplateOverrideTarget]
+    metadata: MetadataPatch | None = None
+    spec: PodSpecPatch | None = None
+
+
+class TrainJobSpec(ApiModel):
+    runtime_ref: Annotated[
+        RuntimeRef,
+        Field(
+            json_schema_extra=rules(
+                cel(_IMMUTABLE, "spec.runtimeRef is immutable; create a new TrainJob to use another runtime")
+            )
+        ),
+    ]
+    initializer: Annotated[
+        Initializer | None, Field(json_schema_extra=rules(cel(_IMMUTABLE, "spec.initializer is immutable")))
+    ] = None
+    trainer: Annotated[
+        Trainer | None,
+        Field(
+            json_schema_extra=rules(
+                cel(_IMMUTABLE, "spec.trainer is immutable; suspend and resubmit to change it")
+            )
+        ),
+    ] = None
+    runtime_patches: list[RuntimePatch] | None = Field(None, max_length=16)
+    pod_template_overrides: list[PodTemplateOverride] | None = Field(None, max_length=16)
+    suspend: bool | None = Field(False)
+    active_deadline_seconds: Annotated[
+        int | None,
+        Field(ge=1, json_schema_extra=rules(cel(_IMMUTABLE, "spec.activeDeadlineSeconds is immutable"))),
+    ] = None
+    managed_by: Annotated[
+        str | None,
+        Field(
+            max_length=253,
+            json_schema_extra=rules(
+                cel(
+                    f"self in {_quoted(MANAGED_BY_VALUES)}",
+                    "spec.managedBy must be one of " + ", ".join(MANAGED_BY_VALUES) + " (or left unset)",
+                ),
+                cel(_IMMUTABLE, "spec.managedBy is immutable"),
+            ),
+        ),
+    ] = None
+
+
+_TRAINJOB_SPEC_RULES = rules(
+    cel(
+        "has(self.managedBy) == has(oldSelf.managedBy)",
+        "spec.managedBy is immutable; it cannot be added or removed after creation",
+    ),
+    cel(
+        "has(self.activeDeadlineSeconds) == has(oldSelf.activeDeadlineSeconds)",
+        "spec.activeDeadlineSeconds is immutable; it cannot be added or removed after creation",
+    ),
+    cel(
+        "!has(self.runtimePatches) || self.runtimePatches.all(p, p.manager.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$'))",
+        "spec.runtimePatches[*].manager must be a domain-prefixed path such as example.com/my-manager",
+    ),
+)
+
+
+class Condition(ApiModel):
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class JobStatus(ApiModel):
+    name: str
+    ready: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    active: int | None = None
+    suspended: int | None = None
+
+
+class TrainerMetric(ApiModel):
+    name: str = Field(max_length=64)
+    value: str = Field(max_length=64)
+
+
+class TrainerStatus(ApiModel):
+    progress_percentage: int | None = Field(None, ge=0, le=100)
+    estimated_remaining_seconds: int | None = Field(None, ge=0)
+    metrics: list[TrainerMetric] | None = Field(None, max_length=256)
+    last_updated_time: str | None = None
+
+
+class TrainJobStatus(ApiModel):
+    conditions: list[Condition] | None = Field(None, max_length=8)
+    jobs_status: list[JobStatus] | None = Field(None, max_length=100)
+    trainer_status: TrainerStatus | None = None
+
+
+class TrainJob(ApiModel):
+    kind_name: ClassVar[str] = "TrainJob"
+    plural: ClassVar[str] = "trainjobs"
+    short_names: ClassVar[tuple[str, ...]] = ("tj",)
+
+    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    kind: Literal["TrainJob"] = "TrainJob"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: Annotated[TrainJobSpec, Field(json_schema_extra=_TRAINJOB_SPEC_RULES)]
+    status: TrainJobStatus | None = None
+
+
+# -- Runtimes -----------------------------------------------------------------------------------
+
+
+class TorchPolicy(ApiModel):
+    env_injection: dict[str, Any] | None = Field(
+        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+
+class MPIPolicy(ApiModel):
+    num_proc_per_node: int | None = Field(1, ge=1)
+    mpi_implementation: Literal["OpenMPI", ""] | None = Field("OpenMPI")
+    ssh_auth_mount_path: str | None = Field("/root/.ssh", max_length=4096)
+    run_launcher_as_node: bool | None = Field(False)
+
+
+class EmptyPolicy(ApiModel):
+    pass
+
+
+class FluxPolicy(ApiModel):
+    num_proc_per_node: int | None = Field(1, ge=1)
+
+
+class MLPolicy(ApiModel):
+    num_nodes: int | None = Field(None, ge=1)
+    torch: TorchPolicy | None = None
+    mpi: MPIPolicy | None = None
+    jax: EmptyPolicy | None = None
+    xgboost: EmptyPolicy | None = None
+    flux: FluxPolicy | None = None
+
+
+_ML_POLICY_RULES = rules(
+    cel(
+        "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost), has(self.flux)]"
+        ".filter(x, x).size() <= 1",
+        "mlPolicy must set at most one of torch, mpi, jax, xgboost, flux",
+    ),
+)
+
+
+class CoschedulingPolicy(ApiModel):
+    schedule_timeout_seconds: int | None = Field(60, ge=0)
+
+
+class VolcanoPolicy(ApiModel):
+    network_topology: dict[str, Any] | None = Field(
+        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+
+class PodGroupPolicy(ApiModel):
+    coscheduling: CoschedulingPolicy | None = None
+    volcano: VolcanoPolicy | None = None
+
+
+_POD_GROUP_RULES = rules(
+    cel(
+        "!(has(self.coscheduling) && has(self.volcano))",
+        "podGroupPolicy must set only one of coscheduling, volcano",
+    ),
+)
+
+
+class JobSpec(ApiModel):
+    """The batch/v1 JobSpec fields that shape pods (the rest is kept as given)."""
+
+    parallelism: int | None = Field(None, ge=0)
+    completions: int | None = Field(None, ge=0)
+    backoff_limit: int | None = Field(None, ge=0)
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    completion_mode: Literal["Indexed", "NonIndexed"] | None = None
+    template: Annotated[
+        dict[str, Any], Field(json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodTemplateSpec"))
+    ] = Field(default_factory=dict)
+
+
+class JobTemplate(ApiModel):
+    metadata: MetadataPatch | None = None
+    spec: JobSpec
+
+
+class DependsOn(ApiModel):
+    name: str
+    status: Literal["Ready", "Complete"]
+
+
+class ReplicatedJob(ApiModel):
+    name: str = Field(min_length=1, max_length=63)
+    group_name: str | None = None
+    replicas: int | None = Field(1, ge=1)
+    depends_on: list[DependsOn] | None = Field(None, max_length=5)
+    template: JobTemplate
+
+
+class Network(ApiModel):
+    enable_dns_hostnames: bool | None = Field(None, alias="enableDNSHostnames")
+    subdomain: str | None = None
+    publish_not_ready_addresses: bool | None = None
+
+
+class SuccessPolicy(ApiModel):
+    operator: Literal["All", "Any"]
+    target_replicated_jobs: list[str] | None = None
+
+
+class FailurePolicyRule(ApiModel):
+    name: str
+    action: Literal[
+        "FailJobSet",
+        "RestartJobSet",
+        "RestartJobSetAndIgnoreMaxRestarts",
+        "RestartJob",
+        "RestartJobAndIgnoreMaxRestarts",
+    ]
+    on_job_failure_reasons: list[str] | None = None
+    on_job_failure_message_patterns: list[str] | None = None
+    target_replicated_jobs: list[str] | None = None
+
+
+class FailurePolicy(ApiModel):
+    max_restarts: int | None = Field(None, ge=0)
+    restart_strategy: Literal["Recreate", "BlockingRecreate", "InPlaceRestart"] | None = None
+    rules: list[FailurePolicyRule] | None = None
+
+
+class JobSetSpec(ApiModel):
+    replicated_jobs: Annotated[
+        list[ReplicatedJob],
+        Field(
+            max_length=100,
+            json_schema_extra=rules(
+                cel(
+                    "self.size() == 0 || !has(self[0].dependsOn)",
+                    "template.spec.replicatedJobs[0].dependsOn must be empty: the first replicated job cannot depend on another",
+                ),
+            ),
+        ),
+    ] = Field(default_factory=list)
+    network: Network | None = None
+    success_policy: SuccessPolicy | None = None
+    failure_policy: FailurePolicy | None = None
+    ttl_seconds_after_finished: int | None = Field(None, ge=0)
+    suspend: bool | None = None
+
+
+class JobSetTemplate(ApiModel):
+    metadata: MetadataPatch | None = None
+    spec: JobSetSpec
+
+
+class TrainingRuntimeSpec(ApiModel):
+    ml_policy: Annotated[MLPolicy | None, Field(json_schema_extra=_ML_POLICY_RULES)] = None
+    pod_group_policy: Annotated[PodGroupPolicy | None, Field(json_schema_extra=_POD_GROUP_RULES)] = None
+    template: JobSetTemplate
+
+
+class TrainingRuntime(ApiModel):
+    kind_name: ClassVar[str] = "TrainingRuntime"
+    plural: ClassVar[str] = "trainingruntimes"
+    short_names: ClassVar[tuple[str, ...]] = ("tr",)
+
+    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    kind: Literal["TrainingRuntime"] = "TrainingRuntime"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec
+
+
+class ClusterTrainingRuntime(ApiModel):
+    kind_name: ClassVar[str] = "ClusterTrainingRuntime"
+    plural: ClassVar[str] = "clustertrainingruntimes"
+    short_names: ClassVar[tuple[str, ...]] = ("ctr",)
+
+    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    kind: Literal["ClusterTrainingRuntime"] = "ClusterTrainingRuntime"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec

@@ -1,0 +1,19 @@
+"""The ``kubetrain`` command: one entry point for the dev cluster, the controller and jobs."""
+
+from __future__ import annotations
+
+import typer
+
+from kubetrain.devcluster.cli import app as dev_app
+
+app = typer.Typer(
+    help="Distributed training on Kubernetes, driven from workflow engines.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(dev_app, name="dev")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

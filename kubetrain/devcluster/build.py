@@ -1,0 +1,246 @@
+"""Build the control-plane binaries from Go modules into the cache.
+
+Why a build and not a download: the machines this project runs on reach the Go
+module proxy but no release bucket or container registry, so every binary is
+compiled from source. ``k8s.io/kubernetes`` cannot be ``go install``-ed (its
+``go.mod`` replaces the staging modules with local paths), so each binary is
+built from a small wrapper module of our own under ``gomod/`` that pins the
+release and points every staging module at its published tag. The wrapper's
+``go.mod``/``go.sum`` are committed, so every machine builds the same thing.
+
+Kubernetes v1.36 was chosen: it is the newest release whose scheduler ships
+the native gang-scheduling API (``scheduling.k8s.io/v1alpha2`` PodGroup, the
+successor of the v1.35 Workload API) and whose client libraries match kwok
+v0.8.0, so the dev cluster can schedule gangs for real.
+
+A build is idempotent: each binary has a stamp holding a digest of everything
+that determines its bytes (module files, package, flags, Go version); a binary
+whose stamp matches is left alone and reported as up to date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from kubetrain.devcluster import paths
+from kubetrain.devcluster.errors import DevClusterError
+
+K8S_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+MIN_GO = (1, 26)
+
+
+def _k8s_ldflags() -> tuple[str, ...]:
+    major, minor, _ = K8S_VERSION.lstrip("v").split(".")
+    prefix = "k8s.io/component-base/version"
+    return (
+        f"-X {prefix}.gitVersion={K8S_VERSION}",
+        f"-X {prefix}.gitMajor={major}",
+        f"-X {prefix}.gitMinor={minor}",
+        f"-X {prefix}.gitTreeState=clean",
+        f"-X {prefix}.buildDate=1970-01-01T00:00:00Z",
+    )
+
+
+@dataclass(frozen=True)
+class GoTarget:
+    """One binary: which wrapper module builds it, from which main package."""
+
+    binary: str
+    module: str
+    package: str
+    ldflags: tuple[str, ...] = ()
+
+
+TARGETS: tuple[GoTarget, ...] = (
+    GoTarget("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
+    GoTarget("kube-apiserver", "k8s", "k8s.io/kubernetes/cmd/kube-apiserver", _k8s_ldflags()),
+    GoTarget("kube-scheduler", "k8s", "k8s.io/kubernetes/cmd/kube-scheduler", _k8s_ldflags()),
+    GoTarget(
+        "kube-controller-manager", "k8s", "k8s.io/kubernetes/cmd/kube-controller-manager", _k8s_ldflags()
+    ),
+    GoTarget("kubectl", "k8s", "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags()),
+    GoTarget("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
+)
+
+BINARIES = tuple(t.binary for t in TARGETS)
+
+
+def binary_path(name: str) -> Path:
+    """Path of a built binary; raises with the fix when it is missing."""
+    path = paths.bin_dir() / name
+    if not os.access(path, os.X_OK):
+        raise DevClusterError(f"{name} is not built (looked for {path}); run `kubetrain dev build` first")
+    return path
+
+
+def go_executable() -> str:
+    """The Go toolchain, checked to be new enough for the wrapper modules."""
+    go = shutil.which("go")
+    if go is None:
+        raise DevClusterError(
+            "no Go toolchain on PATH; install Go >= {}.{} (https://go.dev/dl) and retry".format(*MIN_GO)
+        )
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout
+    match = re.match(r"go(\d+)\.(\d+)", out.strip())
+    if match and (int(match[1]), int(match[2])) < MIN_GO:
+        raise DevClusterError(
+            f"Go {out.strip()} is too old to build the control plane; install Go >= {MIN_GO[0]}.{MIN_GO[1]}"
+        )
+    return go
+
+
+def _module_files(module: str) -> dict[str, bytes]:
+    folder = resources.files("kubetrain.devcluster").joinpath("gomod", module)
+    return {name: folder.joinpath(name).read_bytes() for name in ("go.mod", "go.sum", "tools.go")}
+
+
+def _stamp(target: GoTarget, go_version: str) -> str:
+    digest = hashlib.sha256()
+    for name, data in sorted(_module_files(target.module).items()):
+        digest.update(name.encode() + b"\0" + data)
+    digest.update("\0".join((target.package, *target.ldflags, go_version)).encode())
+    return digest.hexdigest()
+
+
+def _stamp_path(target: GoTarget) -> Path:
+    return paths.bin_dir() / f".{target.binary}.stamp"
+
+
+def is_up_to_date(target: GoTarget, go_version: str) -> bool:
+    """Whether the cached binary was built from exactly these inputs."""
+    binary = paths.bin_dir() / target.binary
+    stamp = _stamp_path(target)
+    return (
+        os.access(binary, os.X_OK)
+        and stamp.exists()
+        and stamp.read_text().strip() == _stamp(target, go_version)
+    )
+
+
+def _prepare_module(module: str) -> Path:
+    """Copy a wrapper module out of the package, so a read-only install still builds."""
+    workdir = paths.cache_dir() / "build" / module
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name, data in _module_files(module).items():
+        target = workdir / name
+        if not target.exists() or target.read_bytes() != data:
+            target.write_bytes(data)
+    return workdir
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    env.setdefault("GOFLAGS", "-mod=readonly")
+    return env
+
+
+def _count_deps(go: str, workdir: Path, package: str) -> int:
+    proc = subprocess.run(
+        [go, "list", "-deps", package],
+        cwd=workdir,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return max(1, len(proc.stdout.split())) if proc.returncode == 0 else 1
+
+
+def _build_one(go: str, target: GoTarget, progress: Progress) -> None:
+    workdir = _prepare_module(target.module)
+    task = progress.add_task(f"{target.binary}: resolving", total=None)
+    total = _count_deps(go, workdir, target.package)
+    progress.update(task, total=total, description=f"{target.binary}: compiling")
+    out = paths.bin_dir() / target.binary
+    tmp = out.with_suffix(".tmp")
+    argv = [
+        go,
+        "build",
+        "-trimpath",
+        "-v",
+        "-ldflags",
+        " ".join(("-s", "-w", *target.ldflags)),
+        "-o",
+        str(tmp),
+        target.package,
+    ]
+    tail: deque[str] = deque(maxlen=30)
+    with subprocess.Popen(
+        argv, cwd=workdir, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            progress.update(task, advance=1, description=f"{target.binary}: {line.strip()[:48]}")
+    if proc.returncode != 0:
+        progress.update(task, description=f"{target.binary}: failed")
+        detail = "\n".join(tail)
+        raise DevClusterError(
+            f"building {target.binary} failed (go build exited {proc.returncode}); check the Go module proxy "
+            f"is reachable and retry `kubetrain dev build`; last output:\n{detail}"
+        )
+    tmp.replace(out)
+    progress.update(task, completed=total, description=f"{target.binary}: built")
+
+
+def build(
+    *, only: Iterable[str] | None = None, force: bool = False, console: Console | None = None
+) -> list[str]:
+    """Build every binary that is missing or stale; returns the names built."""
+    console = console or Console(stderr=True)
+    wanted = set(only) if only else set(BINARIES)
+    unknown = wanted - set(BINARIES)
+    if unknown:
+        raise DevClusterError(f"unknown binary {sorted(unknown)}; choose from {', '.join(BINARIES)}")
+    go = go_executable()
+    go_version = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    paths.bin_dir().mkdir(parents=True, exist_ok=True)
+    targets = [t for t in TARGETS if t.binary in wanted]
+    stale = [t for t in targets if force or not is_up_to_date(t, go_version)]
+    if not stale:
+        console.print(
+            f"[green]All {len(targets)} binaries are up to date[/] in {paths.bin_dir()} (nothing to do)"
+        )
+        return []
+    started = time.monotonic()
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<62}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        for target in stale:
+            _build_one(go, target, progress)
+            _stamp_path(target).write_text(_stamp(target, go_version) + "\n")
+    console.print(
+        f"[green]Built {', '.join(t.binary for t in stale)}[/] into {paths.bin_dir()} "
+        f"in {time.monotonic() - started:.0f}s"
+    )
+    return [t.binary for t in stale]

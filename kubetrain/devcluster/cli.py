@@ -1,0 +1,165 @@
+"""``kubetrain dev``: build, start, inspect and stop the local cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kubetrain.devcluster import build, paths
+from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, DevCluster
+from kubetrain.devcluster.errors import DevClusterError
+
+app = typer.Typer(
+    help="The local Kubernetes cluster: real control-plane processes, no Docker.", no_args_is_help=True
+)
+console = Console(stderr=True)
+
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help=f"State dir of the cluster (default: ${paths.STATE_ENV} or under the cache)."
+    ),
+]
+
+
+def _cluster(state_dir: Path | None) -> DevCluster:
+    return DevCluster(state_dir or paths.default_state_dir())
+
+
+def _fail(exc: DevClusterError) -> typer.Exit:
+    console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=1)
+
+
+@app.command("build")
+def build_command(
+    only: Annotated[
+        list[str] | None,
+        typer.Argument(help=f"Binaries to build (default all: {', '.join(build.BINARIES)})."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when up to date.")] = False,
+) -> None:
+    """Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok from Go modules."""
+    try:
+        build.build(only=only, force=force, console=console)
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+
+
+@app.command("up")
+def up_command(
+    gpu_nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu advertised by each GPU node.")] = 8,
+    cpu_nodes: Annotated[int, typer.Option(help="Simulated CPU-only nodes.")] = 1,
+    port: Annotated[int | None, typer.Option(help="API server port (default: a free port).")] = None,
+    no_build: Annotated[
+        bool, typer.Option("--no-build", help="Fail instead of building missing binaries.")
+    ] = False,
+    state_dir: StateDir = None,
+) -> None:
+    """Start the cluster and print how to use it."""
+    cluster = _cluster(state_dir)
+    try:
+        if not no_build and not cluster.is_up():
+            build.build(console=console)
+        state = cluster.up(
+            ClusterOptions(
+                gpu_nodes=gpu_nodes, gpus_per_node=gpus_per_node, cpu_nodes=cpu_nodes, apiserver_port=port
+            ),
+            console=console,
+        )
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    console.print(
+        f"\nAPI server: {state.server}\nUse it with:\n\n  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  {build.binary_path('kubectl')} get nodes\n"
+    )
+    typer.echo(str(cluster.kubeconfig))
+
+
+@app.command("down")
+def down_command(state_dir: StateDir = None) -> None:
+    """Stop every component and remove the state dir."""
+    cluster = _cluster(state_dir)
+    if cluster.down():
+        console.print(f"Stopped the dev cluster and removed {cluster.state_dir}")
+    else:
+        console.print("No dev cluster was running.")
+
+
+@app.command("status")
+def status_command(state_dir: StateDir = None) -> None:
+    """Pid, port and health of each component; exits 1 unless all are healthy."""
+    cluster = _cluster(state_dir)
+    try:
+        rows = cluster.status()
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    if not rows:
+        console.print("No dev cluster is running; start one with `kubetrain dev up`.")
+        raise typer.Exit(code=1)
+    table = Table(
+        "component", "pid", "port", "running", "healthy", title=f"dev cluster ({cluster.state_dir})"
+    )
+    for row in rows:
+        table.add_row(
+            row.name, str(row.pid or "-"), str(row.port or "-"), _mark(row.running), _mark(row.healthy)
+        )
+    Console().print(table)
+    if not all(row.healthy for row in rows):
+        raise typer.Exit(code=1)
+
+
+def _mark(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[red]no[/]"
+
+
+@app.command("logs")
+def logs_command(
+    component: Annotated[str, typer.Argument(help=f"One of: {', '.join(COMPONENTS)}.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    tail: Annotated[int, typer.Option(help="Lines from the end to show.")] = 100,
+    state_dir: StateDir = None,
+) -> None:
+    """Print a component's log."""
+    cluster = _cluster(state_dir)
+    if component not in COMPONENTS:
+        raise _fail(DevClusterError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}"))
+    log = cluster.log_path(component)
+    if not log.exists():
+        raise _fail(
+            DevClusterError(f"no log for {component} at {log}; is the cluster up (`kubetrain dev status`)?")
+        )
+    argv = ["tail", f"-n{tail}", *(["-F"] if follow else []), str(log)]
+    os.execvp(argv[0], argv) if follow else subprocess.run(argv, check=False)
+
+
+@app.command("openapi")
+def openapi_command(
+    output: Annotated[
+        Path | None, typer.Option(help="Where to write (default: kubetrain/api/k8s-openapi.json).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if the file differs instead of writing it.")
+    ] = False,
+    state_dir: StateDir = None,
+) -> None:
+    """Refresh the Kubernetes type definitions that the CRD schemas embed, from the running API server."""
+    from kubetrain.devcluster import openapi
+
+    target = output or openapi.committed_path()
+    rendered = openapi.render(openapi.fetch(_cluster(state_dir)))
+    if check:
+        if not target.exists() or target.read_text() != rendered:
+            console.print(f"[red]{target} differs from the API server's OpenAPI[/]; run `make k8s-openapi`")
+            raise typer.Exit(code=1)
+        console.print(f"{target} matches the API server's OpenAPI")
+        return
+    target.write_text(rendered)
+    console.print(f"wrote {target}")

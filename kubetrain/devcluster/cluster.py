@@ -1,0 +1,445 @@
+"""Bring the local cluster up, report on it, and take it down.
+
+The order is the one a real control plane needs: etcd, the API server, then the
+scheduler, the controller manager and kwok (which all talk to the API server),
+then the simulated nodes. Each component is waited for on its health endpoint;
+if one fails, the ones already started are stopped again and the error names
+the component and shows the end of its log.
+
+Everything a cluster owns lives in one state dir: ``state.json`` (ports, pids),
+``pki/``, ``logs/``, ``etcd/`` and the kubeconfigs. ``down`` stops the pids
+recorded there and removes the dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from kubetrain.devcluster import build, nodes, pki, process
+from kubetrain.devcluster.errors import DevClusterError
+from kubetrain.devcluster.process import Component, HealthCheck
+
+# Controllers of kube-controller-manager the dev cluster runs: owner-reference
+# garbage collection, namespace deletion, default service accounts and the
+# finalizer that protects pod groups in use.
+KCM_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "podgroup-protection-controller",
+)
+# The native gang-scheduling API of the chosen release (see build.py).
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+
+
+@dataclass
+class ClusterOptions:
+    """What ``kubetrain dev up`` was asked for."""
+
+    gpu_nodes: int = 2
+    gpus_per_node: int = 8
+    cpu_nodes: int = 1
+    apiserver_port: int | None = None
+
+    def validate(self) -> None:
+        for name in ("gpu_nodes", "gpus_per_node", "cpu_nodes"):
+            value = getattr(self, name)
+            if value < 0:
+                flag = "--" + name.replace("_", "-")
+                raise DevClusterError(f"{flag} must be >= 0 (got {value})")
+        if self.apiserver_port is not None and not 1 <= self.apiserver_port <= 65535:
+            raise DevClusterError(f"--port must be between 1 and 65535 (got {self.apiserver_port})")
+
+
+@dataclass
+class ClusterState:
+    """What ``state.json`` records about a running cluster."""
+
+    ports: dict[str, int]
+    pids: dict[str, int]
+    options: dict[str, Any]
+    started_at: float
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One line of ``kubetrain dev status``."""
+
+    name: str
+    pid: int | None
+    port: int | None
+    running: bool
+    healthy: bool
+
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+class DevCluster:
+    """A local cluster rooted at one state dir."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.pki = pki.Pki(state_dir / "pki")
+
+    # -- paths -----------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig people and tests use."""
+        return self.state_dir / "kubeconfig"
+
+    def log_path(self, component: str) -> Path:
+        return self.state_dir / "logs" / f"{component}.log"
+
+    def _component_kubeconfig(self, identity: str) -> Path:
+        return self.state_dir / f"{identity}.kubeconfig"
+
+    # -- state -----------------------------------------------------------------
+    def load_state(self) -> ClusterState | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            return ClusterState(**json.loads(self.state_file.read_text()))
+        except (ValueError, TypeError) as exc:
+            raise DevClusterError(
+                f"state file {self.state_file} is unreadable ({exc}); run `kubetrain dev down` to clear it"
+            ) from exc
+
+    def _save_state(self, state: ClusterState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_file)
+
+    def is_up(self) -> bool:
+        state = self.load_state()
+        return state is not None and all(process.pid_alive(pid) for pid in state.pids.values())
+
+    # -- components ------------------------------------------------------------
+    def _components(self, ports: dict[str, int]) -> list[Component]:
+        bins = {name: str(build.binary_path(name)) for name in (*COMPONENTS, "kubectl")}
+        admin_token = self.pki.token("admin")
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        stages = resources.files("kubetrain.devcluster").joinpath("stages", "kwok-stages.yaml")
+        stage_file = self.state_dir / "kwok-stages.yaml"
+        stage_file.write_text(stages.read_text())
+
+        def kubeconfig_flags(identity: str) -> list[str]:
+            path = str(self._component_kubeconfig(identity))
+            return [
+                f"--kubeconfig={path}",
+                f"--authentication-kubeconfig={path}",
+                f"--authorization-kubeconfig={path}",
+            ]
+
+        def secure_health(name: str) -> HealthCheck:
+            return HealthCheck(f"https://127.0.0.1:{ports[name]}/healthz", insecure=True)
+
+        always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+        return [
+            Component(
+                "etcd",
+                [
+                    bins["etcd"],
+                    "--name=node0",
+                    f"--data-dir={self.state_dir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=node0={peer_url}",
+                    "--unsafe-no-fsync",
+                    "--quota-backend-bytes=4294967296",
+                    "--auto-compaction-retention=1",
+                    "--log-level=warn",
+                ],
+                HealthCheck(f"{etcd_url}/health"),
+                ports["etcd"],
+                startup_timeout=30,
+            ),
+            Component(
+                "kube-apiserver",
+                [
+                    bins["kube-apiserver"],
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={ports['kube-apiserver']}",
+                    f"--tls-cert-file={self.pki.serving_cert}",
+                    f"--tls-private-key-file={self.pki.serving_key}",
+                    f"--client-ca-file={self.pki.ca_cert}",
+                    f"--requestheader-client-ca-file={self.pki.ca_cert}",
+                    "--requestheader-allowed-names=front-proxy-client",
+                    "--requestheader-username-headers=X-Remote-User",
+                    "--requestheader-group-headers=X-Remote-Group",
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                    f"--kubelet-client-certificate={self.pki.kubelet_client_cert}",
+                    f"--kubelet-client-key={self.pki.kubelet_client_key}",
+                    f"--kubelet-certificate-authority={self.pki.ca_cert}",
+                    "--kubelet-preferred-address-types=InternalIP,Hostname",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={self.pki.sa_pub}",
+                    f"--service-account-signing-key-file={self.pki.sa_key}",
+                    f"--token-auth-file={self.pki.tokens}",
+                    "--authorization-mode=Node,RBAC",
+                    "--anonymous-auth=false",
+                    "--allow-privileged=true",
+                    "--endpoint-reconciler-type=none",
+                    "--enable-admission-plugins=NodeRestriction",
+                    "--disable-admission-plugins=TaintNodesByCondition",
+                    f"--feature-gates={FEATURE_GATES}",
+                    f"--runtime-config={RUNTIME_CONFIG}",
+                    "--profiling=false",
+                ],
+                HealthCheck(
+                    f"https://127.0.0.1:{ports['kube-apiserver']}/readyz",
+                    token=admin_token,
+                    ca_file=self.pki.ca_cert,
+                ),
+                ports["kube-apiserver"],
+                startup_timeout=90,
+            ),
+            Component(
+                "kube-scheduler",
+                [
+                    bins["kube-scheduler"],
+                    *kubeconfig_flags("scheduler"),
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['kube-scheduler']}",
+                    always_allow,
+                    "--leader-elect=false",
+                    f"--feature-gates={FEATURE_GATES}",
+                ],
+                secure_health("kube-scheduler"),
+                ports["kube-scheduler"],
+            ),
+            Component(
+                "kube-controller-manager",
+                [
+                    bins["kube-controller-manager"],
+                    *kubeconfig_flags("controller-manager"),
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['kube-controller-manager']}",
+                    always_allow,
+                    "--leader-elect=false",
+                    "--use-service-account-credentials=true",
+                    f"--service-account-private-key-file={self.pki.sa_key}",
+                    f"--root-ca-file={self.pki.ca_cert}",
+                    f"--controllers={','.join(KCM_CONTROLLERS)}",
+                    f"--feature-gates={FEATURE_GATES}",
+                ],
+                secure_health("kube-controller-manager"),
+                ports["kube-controller-manager"],
+            ),
+            Component(
+                "kwok",
+                [
+                    bins["kwok"],
+                    f"--kubeconfig={self._component_kubeconfig('kwok')}",
+                    "--manage-all-nodes=false",
+                    f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
+                    "--node-lease-duration-seconds=40",
+                    f"--cidr={POD_CIDR}",
+                    "--node-ip=127.0.0.1",
+                    f"--server-address=127.0.0.1:{ports['kwok']}",
+                    f"--config={stage_file}",
+                ],
+                HealthCheck(f"http://127.0.0.1:{ports['kwok']}/healthz"),
+                ports["kwok"],
+            ),
+        ]
+
+    def _write_kubeconfigs(self, server: str) -> None:
+        for identity in pki.IDENTITIES:
+            text = pki.kubeconfig(
+                server=server,
+                ca_cert=self.pki.ca_cert,
+                token=self.pki.token(identity.name),
+                user=identity.user,
+            )
+            target = (
+                self.kubeconfig if identity.name == "admin" else self._component_kubeconfig(identity.name)
+            )
+            target.write_text(text)
+            target.chmod(0o600)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def up(self, options: ClusterOptions, *, console: Console | None = None) -> ClusterState:
+        """Start every component and the simulated nodes; raises ``DevClusterError`` on any fault."""
+        console = console or Console(stderr=True)
+        options.validate()
+        existing = self.load_state()
+        if existing is not None:
+            if self.is_up():
+                console.print(f"[yellow]The dev cluster is already up[/] (state dir {self.state_dir}).")
+                return existing
+            raise DevClusterError(
+                f"stale state dir {self.state_dir}: a cluster was started there but is no longer running; "
+                "run `kubetrain dev down` to clear it, then `kubetrain dev up`"
+            )
+        for name in (*COMPONENTS, "kubectl"):
+            build.binary_path(name)
+        if options.apiserver_port is not None and _port_in_use(options.apiserver_port):
+            raise DevClusterError(
+                f"port {options.apiserver_port} is already in use on 127.0.0.1; pass another --port "
+                "or stop the process that holds it"
+            )
+        if self.state_dir.exists() and any(self.state_dir.iterdir()):
+            raise DevClusterError(
+                f"state dir {self.state_dir} is not empty but holds no cluster state; remove it or run "
+                "`kubetrain dev down`"
+            )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *COMPONENTS[1:])}
+        if options.apiserver_port is not None:
+            ports["kube-apiserver"] = options.apiserver_port
+        state = ClusterState(ports=ports, pids={}, options=asdict(options), started_at=time.time())
+        started = time.monotonic()
+        with console.status("generating keys and certificates"):
+            pki.generate(self.pki.root)
+            self._write_kubeconfigs(state.server)
+        self._save_state(state)
+        try:
+            for component in self._components(ports):
+                with console.status(f"starting {component.name} on 127.0.0.1:{component.port}"):
+                    proc = process.start(component, self.log_path(component.name))
+                    state.pids[component.name] = proc.pid
+                    self._save_state(state)
+                    waited = process.wait_healthy(component, proc, self.log_path(component.name))
+                state.startup_seconds[component.name] = round(waited, 2)
+                console.print(
+                    f"  [green]✓[/] {component.name:<24} pid {proc.pid:<8} 127.0.0.1:{component.port}"
+                    f"  ({waited:.1f}s)"
+                )
+            with console.status("registering simulated nodes"):
+                node_list = nodes.fake_nodes(
+                    gpu_nodes=options.gpu_nodes,
+                    gpus_per_node=options.gpus_per_node,
+                    cpu_nodes=options.cpu_nodes,
+                )
+                asyncio.run(_register_nodes(self.kubeconfig, node_list))
+            console.print(
+                f"  [green]✓[/] {len(node_list)} simulated nodes Ready "
+                f"({options.gpu_nodes} with {options.gpus_per_node} GPUs each, {options.cpu_nodes} CPU-only)"
+            )
+        except BaseException:
+            self._stop_all(state)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            raise
+        state.startup_seconds["total"] = round(time.monotonic() - started, 2)
+        self._save_state(state)
+        return state
+
+    def _stop_all(self, state: ClusterState) -> None:
+        for name in reversed(list(state.pids)):
+            process.stop(state.pids[name])
+
+    def down(self) -> bool:
+        """Stop every component and remove the state dir; returns whether anything was there."""
+        state = self.load_state() if self.state_file.exists() else None
+        if state is not None:
+            self._stop_all(state)
+        existed = self.state_dir.exists()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        return existed
+
+    def status(self) -> list[ComponentStatus]:
+        """Pid, port and health of each component."""
+        state = self.load_state()
+        if state is None:
+            return []
+        token = self.pki.token("admin")
+        result = []
+        for component in COMPONENTS:
+            pid = state.pids.get(component)
+            port = state.ports.get(component)
+            running = pid is not None and process.pid_alive(pid)
+            healthy = running and _health_for(component, port, token, self.pki.ca_cert).probe()
+            result.append(ComponentStatus(component, pid, port, running, healthy))
+        return result
+
+
+def _health_for(component: str, port: int | None, token: str, ca: Path) -> HealthCheck:
+    if component == "etcd":
+        return HealthCheck(f"http://127.0.0.1:{port}/health")
+    if component == "kube-apiserver":
+        return HealthCheck(f"https://127.0.0.1:{port}/readyz", token=token, ca_file=ca)
+    if component == "kwok":
+        return HealthCheck(f"http://127.0.0.1:{port}/healthz")
+    return HealthCheck(f"https://127.0.0.1:{port}/healthz", insecure=True)
+
+
+async def _register_nodes(kubeconfig: Path, node_list: list[dict[str, Any]], timeout: float = 60) -> None:
+    """Create the simulated nodes and wait until kwok reports each one Ready."""
+    from kubernetes_asyncio import client, config
+
+    api_client = await config.new_client_from_config(config_file=str(kubeconfig))
+    async with api_client:
+        core = client.CoreV1Api(api_client)
+        for node in node_list:
+            body: Any = node  # the client accepts plain manifests
+            try:
+                await core.create_node(body)
+            except client.ApiException as exc:
+                if exc.status != 409:  # already registered is fine
+                    raise DevClusterError(
+                        f"registering node {node['metadata']['name']} failed: {exc.reason}"
+                    ) from exc
+        wanted = {n["metadata"]["name"] for n in node_list}
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = await core.list_node()
+            ready = {
+                n.metadata.name
+                for n in listed.items
+                if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+            }
+            if wanted <= ready:
+                return
+            if time.monotonic() > deadline:
+                raise DevClusterError(
+                    f"simulated nodes not Ready after {timeout:.0f}s: {sorted(wanted - ready)}; "
+                    "see `kubetrain dev logs kwok`"
+                )
+            await asyncio.sleep(0.2)

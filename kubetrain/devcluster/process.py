@@ -1,0 +1,144 @@
+"""Start, watch and stop the control-plane processes.
+
+Each component runs in a session (process group) of its own, so stopping it
+reaches every child, and outlives the ``kubetrain dev up`` command that started
+it. Stopping is by recorded pid, never by name matching: SIGTERM to the group,
+then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubetrain.devcluster.errors import DevClusterError
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """An HTTP(S) endpoint that answers 200 once the component is ready."""
+
+    url: str
+    token: str | None = None
+    ca_file: Path | None = None
+    insecure: bool = False
+
+    def probe(self, timeout: float = 2.0) -> bool:
+        request = urllib.request.Request(self.url)
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        context: ssl.SSLContext | None = None
+        if self.url.startswith("https"):
+            context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+            if self.insecure:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+
+@dataclass
+class Component:
+    """A control-plane process: how to start it and how to tell it is healthy."""
+
+    name: str
+    argv: list[str]
+    health: HealthCheck
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 60.0
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a running (not zombie) process."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(content[-lines:])
+
+
+def start(component: Component, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start a component detached from the caller's session, logging to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            component.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **component.env},
+        )
+
+
+def wait_healthy(component: Component, proc: subprocess.Popen[bytes], log_path: Path) -> float:
+    """Block until the component's health endpoint answers; returns seconds waited."""
+    started = time.monotonic()
+    deadline = started + component.startup_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevClusterError(
+                f"{component.name} exited with code {proc.returncode} during start-up; "
+                f"its log ({log_path}) ends with:\n{log_tail(log_path)}"
+            )
+        if component.health.probe():
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise DevClusterError(
+        f"{component.name} was not healthy at {component.health.url} after {component.startup_timeout:.0f}s; "
+        f"its log ({log_path}) ends with:\n{log_tail(log_path)}"
+    )
+
+
+def stop(pid: int, *, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``pid``, SIGKILL it after ``grace`` seconds."""
+    if not pid_alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for _ in range(50):
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when ``pid`` is our own child, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)

@@ -1,0 +1,1 @@
+"""The kubetrain Airflow provider (imported as ``kubetrain.operators``)."""

@@ -1,0 +1,121 @@
+"""Shared fixtures: one real local cluster per test session, a fresh namespace per test.
+
+Integration and e2e tests talk to a real kube-apiserver. By default the session
+starts its own cluster in a temporary state dir and stops it at the end. Set
+``KUBETRAIN_TEST_CLUSTER`` to a state dir to reuse a cluster across sessions
+(it is started there when not yet up, and left running), e.g. the one from
+``kubetrain dev up``: ``KUBETRAIN_TEST_CLUSTER=~/.cache/kubetrain/dev-cluster``.
+
+Tests are marked by the directory they live in (unit/, integration/, e2e/), so
+``pytest -m unit`` runs without any cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from kubetrain.devcluster import build
+from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        if tier in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """A running local cluster with simulated GPU and CPU nodes."""
+    reuse = os.environ.get("KUBETRAIN_TEST_CLUSTER")
+    cluster = DevCluster(Path(reuse).expanduser() if reuse else tmp_path_factory.mktemp("cluster") / "state")
+    if not cluster.is_up():
+        if cluster.load_state() is not None:
+            cluster.down()
+        cluster.up(ClusterOptions(gpu_nodes=2, gpus_per_node=8, cpu_nodes=2))
+    yield cluster
+    if not reuse:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(dev_cluster: DevCluster) -> Path:
+    return dev_cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+async def api_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    async with api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+async def namespace(core: client.CoreV1Api) -> AsyncIterator[str]:
+    """A fresh namespace whose default service account exists, deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await core.create_namespace({"metadata": {"name": name, "labels": {"kubetrain.dev/test": "true"}}})
+    for _ in range(150):
+        accounts = await core.list_namespaced_service_account(name)
+        if any(sa.metadata.name == "default" for sa in accounts.items):
+            break
+        await asyncio.sleep(0.1)
+    yield name
+    await core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: Path) -> Kubectl:
+    return Kubectl(kubeconfig)
+
+
+class Kubectl:
+    """The dev cluster's own kubectl, bound to its kubeconfig."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.binary = str(build.binary_path("kubectl"))
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, *args],
+            input=input,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+
+@pytest.fixture(scope="session")
+def crds(kubectl: Kubectl) -> None:
+    """Install deploy/crds the way the docs say (server-side apply: the CRDs are too big for client-side)."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "crds"))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(REPO / "deploy" / "crds"))
+
+
+@pytest.fixture(scope="session")
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)

@@ -1,0 +1,155 @@
+"""The local control plane behaves like a real cluster: scheduling, kwok stages, garbage collection."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from kubetrain.devcluster.cluster import DevCluster
+from kubetrain.devcluster.nodes import GPU_RESOURCE
+
+
+def _pod(name: str, *, annotations: dict[str, str] | None = None, gpus: int = 0) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "busybox", "command": ["true"]}
+    spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if gpus:
+        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
+
+
+async def _wait_phase(
+    core: client.CoreV1Api, namespace: str, name: str, phases: set[str], timeout: float = 60
+) -> client.V1Pod:
+    seen: list[str] = []
+    for _ in range(int(timeout * 10)):
+        pod = await core.read_namespaced_pod(name, namespace)
+        if not seen or seen[-1] != pod.status.phase:
+            seen.append(pod.status.phase)
+        if pod.status.phase in phases:
+            return pod
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"pod {name} never reached {phases}; phases seen: {seen}")
+
+
+def test_every_component_reports_healthy(dev_cluster: DevCluster) -> None:
+    statuses = dev_cluster.status()
+    assert [s.name for s in statuses] == [
+        "etcd",
+        "kube-apiserver",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "kwok",
+    ]
+    assert all(s.running and s.healthy for s in statuses), statuses
+
+
+async def test_gpu_nodes_advertise_gpus_and_are_ready(core: client.CoreV1Api) -> None:
+    nodes = (await core.list_node(label_selector="nvidia.com/gpu.present=true")).items
+    assert len(nodes) >= 1
+    for node in nodes:
+        assert node.status.allocatable[GPU_RESOURCE] == "8"
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        assert any(t.key == GPU_RESOURCE and t.effect == "NoSchedule" for t in node.spec.taints)
+
+
+async def test_gpu_pod_is_scheduled_on_a_gpu_node_and_runs_to_success(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    await core.create_namespaced_pod(
+        namespace, _pod("gpu", gpus=1, annotations={"sim.kubetrain.dev/run-duration": "2s"})
+    )
+    running = await _wait_phase(core, namespace, "gpu", {"Running", "Succeeded"})
+    assert running.status.phase == "Running", "the pod skipped Running"
+    node = await core.read_node(running.spec.node_name)
+    assert node.metadata.labels.get("nvidia.com/gpu.present") == "true"
+    done = await _wait_phase(core, namespace, "gpu", {"Succeeded", "Failed"})
+    assert done.status.phase == "Succeeded"
+    assert done.status.container_statuses[0].state.terminated.exit_code == 0
+
+
+async def test_pod_without_gpus_never_lands_on_a_tainted_gpu_node(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    await core.create_namespaced_pod(namespace, _pod("cpu"))
+    pod = await _wait_phase(core, namespace, "cpu", {"Running", "Succeeded"})
+    node = await core.read_node(pod.spec.node_name)
+    assert "nvidia.com/gpu.present" not in (node.metadata.labels or {})
+
+
+async def test_pod_annotated_to_fail_ends_failed_with_its_exit_code(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    await core.create_namespaced_pod(
+        namespace,
+        _pod(
+            "fails",
+            annotations={
+                "sim.kubetrain.dev/outcome": "fail",
+                "sim.kubetrain.dev/exit-code": "137",
+                "sim.kubetrain.dev/reason": "OOMKilled",
+            },
+        ),
+    )
+    pod = await _wait_phase(core, namespace, "fails", {"Failed", "Succeeded"})
+    assert pod.status.phase == "Failed"
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
+
+
+async def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    await core.create_namespaced_pod(namespace, _pod("greedy", gpus=9))
+    for _ in range(100):
+        pod = await core.read_namespaced_pod("greedy", namespace)
+        scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        if scheduled is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert pod.status.phase == "Pending"
+    assert scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable"
+    assert "nvidia.com/gpu" in scheduled.message
+
+
+async def test_deleting_a_namespace_garbage_collects_its_pods(core: client.CoreV1Api) -> None:
+    name = "t-gc-" + str(id(core))[-6:]
+    await core.create_namespace({"metadata": {"name": name}})
+    for _ in range(100):
+        if any(
+            sa.metadata.name == "default" for sa in (await core.list_namespaced_service_account(name)).items
+        ):
+            break
+        await asyncio.sleep(0.1)
+    owner = await core.create_namespaced_config_map(name, {"metadata": {"name": "owner"}})
+    child = _pod("child", annotations={"sim.kubetrain.dev/outcome": "hang"})
+    child["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    ]
+    await core.create_namespaced_pod(name, child)
+    await core.create_namespaced_pod(name, _pod("plain", annotations={"sim.kubetrain.dev/outcome": "hang"}))
+    await core.delete_namespace(name)
+    for _ in range(600):
+        namespaces = {ns.metadata.name for ns in (await core.list_namespace()).items}
+        if name not in namespaces:
+            break
+        await asyncio.sleep(0.1)
+    assert name not in namespaces, "the namespace was never finalized"
+    assert (await core.list_namespaced_pod(name)).items == []
+
+
+async def test_owner_deletion_garbage_collects_dependents(core: client.CoreV1Api, namespace: str) -> None:
+    owner = await core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    child = _pod("owned", annotations={"sim.kubetrain.dev/outcome": "hang"})
+    child["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    ]
+    await core.create_namespaced_pod(namespace, child)
+    await core.delete_namespaced_config_map("owner", namespace)
+    for _ in range(300):
+        if not (await core.list_namespaced_pod(namespace)).items:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the garbage collector did not delete the owned pod")
