@@ -54,6 +54,11 @@ crds: venv ## Regenerate deploy/crds from the models in kubetrain/api
 k8s-openapi: venv ## Refresh the embedded Kubernetes type schemas from the running dev cluster
 	@$(KUBETRAIN) dev openapi
 
+.PHONY: fmt
+fmt: venv ## Format and fix what ruff can
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
 .PHONY: lint
 lint: venv ## ruff and mypy --strict
 	@$(VENV)/bin/ruff check .

@@ -35,7 +35,9 @@ async def run_gpu_pod(kubeconfig: Path) -> dict[str, str]:
             "spec": {
                 "restartPolicy": "Never",
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                "containers": [
+                    {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ],
             },
         }
         await core.create_namespaced_pod("default", pod)
@@ -62,14 +64,20 @@ def main() -> int:
     kubectl = str(build.binary_path("kubectl"))
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     with console.status("installing the CRDs"):
-        subprocess.run([kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "crds")],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "crds")],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     result = asyncio.run(run_gpu_pod(cluster.kubeconfig))
     table = Table("pod", "node", "phases", title="demo")
     table.add_row(result["pod"], result["node"], result["phases"])
     console.print(table)
-    console.print(f"\nexport KUBECONFIG={cluster.kubeconfig}   # then: {kubectl} get nodes,pods\n"
-                  "Stop everything with `make demo-down`.")
+    console.print(
+        f"\nexport KUBECONFIG={cluster.kubeconfig}   # then: {kubectl} get nodes,pods\n"
+        "Stop everything with `make demo-down`."
+    )
     return 0
 
 
