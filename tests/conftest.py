@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -95,15 +96,17 @@ class Kubectl:
     def __call__(
         self, *args: str, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.binary, *args],
-            input=input,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        # A fresh discovery cache per call: CRDs installed a moment ago must be visible at once.
+        with tempfile.TemporaryDirectory() as cache:
+            proc = subprocess.run(
+                [self.binary, f"--cache-dir={cache}", *args],
+                input=input,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
