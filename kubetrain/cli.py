@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from kubetrain.controller.cli import app as controller_app
 from kubetrain.devcluster.cli import app as dev_app
 
 app = typer.Typer(
@@ -12,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(dev_app, name="dev")
+app.add_typer(controller_app, name="controller")
 
 
 def main() -> None:

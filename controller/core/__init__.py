@@ -1,0 +1,1 @@
+"""Controller machinery that knows nothing about training jobs: queue, expectations, runner."""

@@ -1,0 +1,126 @@
+"""Kubernetes Events about jobs, posted in the background and aggregated.
+
+Recording an event never blocks a reconcile: events go into a bounded queue
+that one task drains (when the queue is full, events are dropped and counted,
+as client-go's broadcaster does). The same reason and message on the same
+object within ``aggregate_window`` bumps the existing Event's count instead of
+creating a new one, so a job that is reconciled often does not flood the
+namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.client import KubeClient, Obj
+from kubetrain.controller.kube.resources import EVENTS
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(
+        self, kube: KubeClient, component: str, *, capacity: int = 10000, aggregate_window: float = 600.0
+    ) -> None:
+        self.kube = kube
+        self.component = component
+        self.aggregate_window = aggregate_window
+        self._queue: asyncio.Queue[tuple[Obj, str, str, str]] = asyncio.Queue(capacity)
+        self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, str, int, float]] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._drain(), name="event-recorder")
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Post what is queued (up to ``grace`` seconds), then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), grace)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def event(self, obj: Obj, event_type: str, reason: str, message: str) -> None:
+        """Record an event about ``obj`` (a job); returns at once."""
+        try:
+            self._queue.put_nowait((obj, event_type, reason, message))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def _drain(self) -> None:
+        while True:
+            obj, event_type, reason, message = await self._queue.get()
+            try:
+                await self._post(obj, event_type, reason, message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug(
+                    "could not post event %s on %s: %s", reason, obj.get("metadata", {}).get("name"), exc
+                )
+            finally:
+                self._queue.task_done()
+
+    async def _post(self, obj: Obj, event_type: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"
+        key = (meta.get("uid", ""), event_type, reason, message)
+        loop_now = asyncio.get_running_loop().time()
+        previous = self._recent.get(key)
+        if previous is not None and loop_now - previous[3] < self.aggregate_window:
+            name, first, count, _ = previous
+            patch = {"count": count + 1, "lastTimestamp": _now()}
+            try:
+                await self.kube.patch(EVENTS, name, patch, namespace=namespace)
+                self._remember(key, (name, first, count + 1, loop_now))
+                return
+            except errors.APINotFoundError:
+                pass
+        name = f"{meta['name']}.{uuid.uuid4().hex[:16]}"
+        now = _now()
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self.component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": self.component,
+        }
+        await self.kube.create(EVENTS, body, namespace)
+        self._remember(key, (name, now, 1, loop_now))
+
+    def _remember(self, key: tuple[str, str, str, str], value: tuple[str, str, int, float]) -> None:
+        self._recent[key] = value
+        self._recent.move_to_end(key)
+        while len(self._recent) > 4096:
+            self._recent.popitem(last=False)

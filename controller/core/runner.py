@@ -1,0 +1,120 @@
+"""Run a reconcile function over a work queue with N workers.
+
+The whole retry policy lives here (controller-runtime's ``reconcileHandler``):
+
+* a reconcile that returns ``Result(requeue_after=s)`` succeeded and asks to be
+  looked at again in ``s`` seconds (deadlines, TTLs, expectation expiry);
+* one that raises ``TerminalError`` is logged and counted but not retried;
+* one that raises anything else is retried with rate-limited backoff.
+
+A key is never reconciled by two workers at once (the queue guarantees it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kubetrain.controller import metrics
+from kubetrain.controller.core.workqueue import ShutDownError, WorkQueue
+from kubetrain.controller.kube.errors import APIError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next: nothing, or another look after ``requeue_after`` seconds."""
+
+    requeue_after: float | None = None
+
+    @staticmethod
+    def soonest(*results: Result) -> Result:
+        delays = [r.requeue_after for r in results if r.requeue_after is not None]
+        return Result(min(delays) if delays else None)
+
+
+class TerminalError(Exception):
+    """A fault that retrying cannot fix (e.g. an invalid spec); reported, never retried."""
+
+
+Reconcile = Callable[[str], Awaitable[Result]]
+
+
+class Runner:
+    def __init__(self, name: str, queue: WorkQueue, reconcile: Reconcile, *, workers: int = 4) -> None:
+        self.name = name
+        self.queue = queue
+        self.reconcile = reconcile
+        self.workers = max(1, workers)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        metrics.max_concurrent_reconciles.labels(self.name).set(self.workers)
+        self._tasks = [
+            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)
+        ]
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop taking keys and let in-flight reconciles finish (up to ``grace`` seconds)."""
+        self.queue.shut_down()
+        _, pending = await asyncio.wait(self._tasks, timeout=grace) if self._tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDownError:
+                return
+            try:
+                await self._process(key)
+            finally:
+                self.queue.done(key)
+
+    async def _process(self, key: str) -> None:
+        metrics.active_workers.labels(self.name).inc()
+        started = time.monotonic()
+        try:
+            result = await self.reconcile(key)
+        except TerminalError as exc:
+            log.error("reconcile %s %s failed permanently: %s", self.name, key, exc)
+            metrics.reconcile_total.labels(self.name, "terminal_error").inc()
+            metrics.reconcile_errors.labels(self.name).inc()
+            self.queue.forget(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            unexpected = not _is_api_error(exc)
+            if unexpected:
+                log.exception("reconcile %s %s raised", self.name, key)
+                metrics.reconcile_panics.labels(self.name).inc()
+            else:
+                log.warning(
+                    "reconcile %s %s: %s (retry %d)", self.name, key, exc, self.queue.failures(key) + 1
+                )
+            metrics.reconcile_total.labels(self.name, "error").inc()
+            metrics.reconcile_errors.labels(self.name).inc()
+            self.queue.add_rate_limited(key)
+        else:
+            self.queue.forget(key)
+            if result.requeue_after is not None:
+                metrics.reconcile_total.labels(self.name, "requeue_after").inc()
+                self.queue.add_after(key, result.requeue_after)
+            else:
+                metrics.reconcile_total.labels(self.name, "success").inc()
+        finally:
+            metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            metrics.active_workers.labels(self.name).dec()
+
+
+def _is_api_error(exc: Exception) -> bool:
+    return isinstance(exc, APIError)

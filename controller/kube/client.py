@@ -1,0 +1,292 @@
+"""The one adapter between the controller and ``kubernetes_asyncio``.
+
+Why raw dictionaries: deserialising every watch event into generated models is
+the known CPU hot spot of Python Kubernetes clients (thousands of pods), so
+the informers and reconcilers work on plain dicts and only this module talks
+HTTP. ``kubernetes_asyncio`` still does what is hard: kubeconfig and in-cluster
+auth, token refresh, TLS and the aiohttp session.
+
+Why a token bucket of our own: no Python Kubernetes client limits its own
+request rate, and a controller that bursts thousands of creates at startup is
+what API Priority and Fairness then throttles for everyone. ``--kube-api-qps``
+and ``--kube-api-burst`` bound it here, as client-go does for Go controllers.
+Server-side throttling (429) and transient 5xx answers are retried with
+``Retry-After`` honoured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from kubetrain.controller import metrics
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.resources import Resource
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+RETRIES = 5
+
+
+class TokenBucket:
+    """Allows ``qps`` requests per second on average and bursts of ``burst``; ``qps <= 0`` disables it."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._stamp = clock()
+
+    def reserve(self) -> float:
+        """Take a token; return how long the caller must wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def acquire(self) -> float:
+        wait = self.reserve()
+        if wait > 0:
+            metrics.api_throttled.inc(wait)
+            await asyncio.sleep(wait)
+        return wait
+
+
+class KubeClient:
+    """Raw-JSON verbs over one authenticated session."""
+
+    def __init__(self, api: k8s_client.ApiClient, *, qps: float = 0, burst: int = 0) -> None:
+        self.api = api
+        self.limiter = TokenBucket(qps, burst)
+
+    @classmethod
+    async def from_kubeconfig(cls, path: str | None = None, *, qps: float = 0, burst: int = 0) -> KubeClient:
+        """In-cluster config when running in a pod, else the kubeconfig (``path``, ``$KUBECONFIG``, ~/.kube)."""
+        if path is None:
+            try:
+                k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+                configuration = k8s_client.Configuration.get_default_copy()
+                return cls(k8s_client.ApiClient(configuration), qps=qps, burst=burst)
+            except k8s_config.ConfigException:
+                pass
+        api = await k8s_config.new_client_from_config(config_file=path)
+        return cls(api, qps=qps, burst=burst)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # -- transport -------------------------------------------------------------------------------
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60,
+        resource: str = "",
+    ) -> aiohttp.ClientResponse:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        params = [
+            (k, str(v).lower() if isinstance(v, bool) else str(v))
+            for k, v in (query or {}).items()
+            if v is not None
+        ]
+        for attempt in range(RETRIES + 1):
+            await self.limiter.acquire()
+            started = time.monotonic()
+            try:
+                response: aiohttp.ClientResponse = await self.api.call_api(
+                    path,
+                    method,
+                    query_params=params,
+                    header_params=dict(headers),
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout if timeout else None,
+                )
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                metrics.api_requests.labels(method, resource, "error").inc()
+                if attempt == RETRIES:
+                    raise errors.APIServerError(0, str(exc), method=method, path=path) from exc
+                await asyncio.sleep(min(0.2 * 2**attempt, 5))
+                continue
+            metrics.api_request_time.labels(method, resource).observe(time.monotonic() - started)
+            metrics.api_requests.labels(method, resource, str(response.status)).inc()
+            if response.status < 400:
+                return response
+            raw = await response.read()
+            response.release()
+            error = errors.for_status(response.status, raw, method=method, path=path)
+            retryable = response.status == 429 or response.status >= 500
+            if not retryable or attempt == RETRIES:
+                raise error
+            retry_after = response.headers.get("Retry-After", "")
+            delay = float(retry_after) if retry_after.isdigit() else min(0.2 * 2**attempt, 5)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def request(self, method: str, path: str, *, resource: str = "", **kwargs: Any) -> Obj:
+        response = await self._send(method, path, resource=resource, **kwargs)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        result: Obj = json.loads(raw) if raw else {}
+        return result
+
+    # -- verbs -----------------------------------------------------------------------------------
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        try:
+            return await self.request("GET", resource.path(namespace, name), resource=str(resource))
+        except errors.APINotFoundError:
+            return None
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[list[Obj], str]:
+        """Every object (paginated); returns the items and the list's resourceVersion."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page = await self.request(
+                "GET",
+                resource.path(namespace),
+                resource=str(resource),
+                timeout=120,
+                query={
+                    "labelSelector": label_selector,
+                    "fieldSelector": field_selector,
+                    "limit": page_size,
+                    "continue": token,
+                },
+            )
+            items.extend(page.get("items") or [])
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                return items, page.get("metadata", {}).get("resourceVersion", "")
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Obj]:
+        """Watch events as dicts (``type``, ``object``); ends when the server closes the stream.
+
+        Bookmarks are requested, so a quiet watch still advances its resourceVersion.
+        A 410 Gone, in the HTTP status or as an ERROR event, raises ``APIGoneError``.
+        """
+        query = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector,
+        }
+        response = await self._send(
+            "GET", resource.path(namespace), query=query, resource=str(resource), timeout=None
+        )
+        try:
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event: Obj = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object", {})
+                        code = int(status.get("code", 500))
+                        raise errors.for_status(
+                            code, json.dumps(status).encode(), method="WATCH", path=resource.path(namespace)
+                        )
+                    yield event
+        finally:
+            response.release()
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        return await self.request("POST", resource.path(namespace), body=body, resource=str(resource))
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str = MERGE_PATCH,
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> Obj:
+        query: dict[str, Any] = {"fieldManager": field_manager, "force": force}
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=body,
+            query=query,
+            content_type=content_type,
+            resource=str(resource),
+        )
+
+    async def replace_status(self, resource: Resource, body: Obj) -> Obj:
+        meta = body["metadata"]
+        return await self.request(
+            "PUT",
+            resource.path(meta.get("namespace"), meta["name"], "status"),
+            body=body,
+            resource=str(resource),
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        propagation: str | None = "Background",
+        grace_period_seconds: int | None = None,
+    ) -> bool:
+        """Delete; returns False when it was already gone. ``uid`` makes it a precondition."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            await self.request("DELETE", resource.path(namespace, name), body=body, resource=str(resource))
+        except errors.APINotFoundError:
+            return False
+        except errors.APIConflictError:  # the uid precondition failed: that object is already gone
+            return False
+        return True

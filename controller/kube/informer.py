@@ -1,0 +1,258 @@
+"""List+watch caches: the controller's read path.
+
+An informer lists a resource once, then watches from the list's
+resourceVersion, applying each event to an in-memory store of raw dicts and
+telling its handlers. It asks for bookmarks, so a quiet watch still moves its
+resourceVersion forward and a restarted watch does not replay history.
+
+Three ways a watch ends, three answers:
+
+* the server closes it (``timeoutSeconds``): watch again from the last
+  resourceVersion;
+* 410 Gone (the version was compacted away): list again, diff against the
+  store (so deletions missed while away are noticed) and watch from there;
+* silence: a watch that has delivered neither events nor bookmarks for
+  ``stall_timeout`` is presumed stuck (a known failure mode of long-lived
+  aiohttp streams) and is cancelled and re-listed by a watchdog.
+
+Indexes (by owner uid, for instance) are kept up to date on every change, so a
+reconciler finds a job's pods without scanning every pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from kubetrain.controller import metrics
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.client import KubeClient, Obj
+from kubetrain.controller.kube.resources import Resource
+
+log = logging.getLogger(__name__)
+
+IndexFunc = Callable[[Obj], Iterable[str]]
+
+
+# Told about every change the store sees: (old, new); ``old`` is None on add, ``new`` is None on delete.
+Handler = Callable[[Obj | None, Obj | None], None]
+
+
+def object_key(obj: Obj) -> str:
+    meta = obj.get("metadata", {})
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+def controller_owner_uid(obj: Obj) -> list[str]:
+    """Index function: the uid of the object's controller owner, if any."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return [str(ref["uid"])]
+    return []
+
+
+class Informer:
+    """A list+watch cache of one resource, optionally filtered by namespace and labels."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        watch_timeout: int = 300,
+        stall_timeout: float | None = None,
+        indexes: dict[str, IndexFunc] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.stall_timeout = stall_timeout if stall_timeout is not None else 2.0 * watch_timeout
+        self._store: dict[str, Obj] = {}
+        self._index_funcs = dict(indexes or {})
+        self._indexes: dict[str, defaultdict[str, set[str]]] = {
+            name: defaultdict(set) for name in self._index_funcs
+        }
+        self._handlers: list[Handler] = []
+        self._synced = asyncio.Event()
+        self._resource_version = ""
+        self._last_activity = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+    def get(self, key: str) -> Obj | None:
+        return self._store.get(key)
+
+    def objects(self) -> list[Obj]:
+        return list(self._store.values())
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        return [self._store[key] for key in self._indexes[index].get(value, ()) if key in self._store]
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def observe_write(self, obj: Obj) -> None:
+        """Put the API server's answer to our own write into the cache at once.
+
+        The watch will deliver the same version a moment later (and be ignored as a
+        duplicate); meanwhile the next reconcile of the same key reads what it wrote,
+        not the copy before it, which would otherwise cause a needless conflict.
+        """
+        current = self._store.get(object_key(obj))
+        if current is None:
+            return
+        try:
+            newer = int(obj["metadata"]["resourceVersion"]) > int(current["metadata"]["resourceVersion"])
+        except (KeyError, ValueError):
+            newer = True
+        if newer:
+            self._apply("MODIFIED", obj)
+
+    # -- running -------------------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        self._task = asyncio.create_task(self.run(), name=f"informer:{self.resource}")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def run(self) -> None:
+        """List, then watch forever; re-list on 410 or a stalled watch; back off on errors."""
+        need_list = True
+        failures = 0
+        while True:
+            try:
+                if need_list:
+                    await self._relist()
+                    need_list = False
+                await self._watch_with_watchdog()
+                failures = 0
+            except errors.APIGoneError:
+                metrics.watch_restarts.labels(str(self.resource), "gone").inc()
+                need_list = True
+            except TimeoutError:
+                log.warning("watch of %s was silent for %.0fs; re-listing", self.resource, self.stall_timeout)
+                metrics.watch_restarts.labels(str(self.resource), "stalled").inc()
+                need_list = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                delay = min(0.5 * 2 ** min(failures, 6), 30.0)
+                log.warning("watch of %s failed (%s); retrying in %.1fs", self.resource, exc, delay)
+                metrics.watch_restarts.labels(str(self.resource), "error").inc()
+                need_list = need_list or isinstance(exc, errors.APIError)
+                await asyncio.sleep(delay)
+
+    async def _relist(self) -> None:
+        items, version = await self.kube.list(
+            self.resource, namespace=self.namespace, label_selector=self.label_selector
+        )
+        fresh = {object_key(item): item for item in items}
+        for key in list(self._store):
+            if key not in fresh:
+                self._apply("DELETED", self._store[key])
+        for item in items:
+            self._apply("MODIFIED" if object_key(item) in self._store else "ADDED", item)
+        self._resource_version = version
+        self._last_activity = time.monotonic()
+        self._synced.set()
+
+    async def _watch_with_watchdog(self) -> None:
+        watch = asyncio.create_task(self._watch_once())
+        try:
+            while True:
+                remaining = self.stall_timeout - (time.monotonic() - self._last_activity)
+                done, _ = await asyncio.wait({watch}, timeout=max(remaining, 0.01))
+                if done:
+                    watch.result()
+                    return
+                if time.monotonic() - self._last_activity >= self.stall_timeout:
+                    raise TimeoutError
+        finally:
+            if not watch.done():
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watch
+
+    async def _watch_once(self) -> None:
+        self._last_activity = time.monotonic()
+        async for event in self.kube.watch(
+            self.resource,
+            resource_version=self._resource_version,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            timeout_seconds=self.watch_timeout,
+        ):
+            self._last_activity = time.monotonic()
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            version = obj.get("metadata", {}).get("resourceVersion")
+            if kind == "BOOKMARK":
+                if version:
+                    self._resource_version = version
+                continue
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._apply(kind, obj)
+                if version:
+                    self._resource_version = version
+
+    # -- the store -----------------------------------------------------------------------------
+    def _apply(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        old = self._store.get(key)
+        if kind == "DELETED":
+            if old is None:
+                return
+            del self._store[key]
+            self._unindex(key, old)
+            new: Obj | None = None
+        else:
+            if old is not None and old.get("metadata", {}).get("resourceVersion") == obj.get(
+                "metadata", {}
+            ).get("resourceVersion"):
+                return
+            if old is not None:
+                self._unindex(key, old)
+            self._store[key] = obj
+            self._index(key, obj)
+            new = obj
+        metrics.informer_objects.labels(str(self.resource)).set(len(self._store))
+        for handler in self._handlers:
+            try:
+                handler(old, new)
+            except Exception:
+                log.exception("handler for %s failed on %s", self.resource, key)
+
+    def _index(self, key: str, obj: Obj) -> None:
+        for name, func in self._index_funcs.items():
+            for value in func(obj):
+                self._indexes[name][value].add(key)
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        for name, func in self._index_funcs.items():
+            for value in func(obj):
+                bucket = self._indexes[name].get(value)
+                if bucket is not None:
+                    bucket.discard(key)
+                    if not bucket:
+                        del self._indexes[name][value]

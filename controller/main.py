@@ -1,0 +1,281 @@
+"""Wire the controller together and run it until SIGTERM.
+
+One informer per job kind, shared informers for pods, services and pod
+groups, one work queue and one set of workers per kind. Children map to their
+job through the controller owner reference, so a pod event enqueues exactly
+its job. Metrics and health probes are served from the start; the workers only
+start once this replica leads (with ``--leader-elect``) and the caches have
+synced. SIGTERM stops taking new keys, lets in-flight reconciles finish,
+flushes queued events and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kubetrain import naming
+from kubetrain.controller import metrics
+from kubetrain.controller.core.events import EventRecorder
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.core.runner import Runner
+from kubetrain.controller.core.workqueue import WorkQueue
+from kubetrain.controller.kube import leader
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.controller.kube.informer import Informer, controller_owner_uid
+from kubetrain.controller.kube.resources import CRDS, PODS, SERVICES, Resource
+from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
+from kubetrain.controller.runtimes import registry
+from kubetrain.controller.runtimes.framework import PodPlugin
+from kubetrain.controller.runtimes.gang import GangScheduler
+from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
+
+log = logging.getLogger("kubetrain.controller")
+
+V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
+
+
+@dataclass
+class Options:
+    """The controller's flags (``kubetrain controller run --help``)."""
+
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    kinds: tuple[str, ...] = tuple(f.kind for f in registry.FRAMEWORKS.values())
+    workers: int = 4
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+    leader_elect: bool = False
+    leader_election_id: str = "kubetrain-controller"
+    leader_election_namespace: str = "kubetrain-system"
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    gang_scheduler_name: str = ""
+    managed_by: str = "compatible"
+    pytorch_init_container: bool = False
+    pytorch_init_container_image: str = "alpine:3.10"
+    pytorch_init_container_max_tries: int = 100
+    watch_timeout: int = 300
+    log_format: str = "text"
+    log_level: str = "info"
+
+    def settings(self) -> Settings:
+        if self.managed_by not in ("compatible", "kubetrain"):
+            raise ValueError(f"--managed-by must be compatible or kubetrain (got {self.managed_by!r})")
+        managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
+        if self.managed_by == "compatible":
+            managed |= {None, "", UPSTREAM_MANAGED_BY}
+        plugins: list[PodPlugin] = []
+        if self.pytorch_init_container:
+            plugins.append(
+                MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
+            )
+        gang = GangScheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
+        return Settings(managed_by=managed, gang=gang, extra_plugins=tuple(plugins))
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "0.0.0.0", int(port)  # the endpoints serve the cluster network
+
+
+@dataclass
+class Manager:
+    """Everything one controller process runs."""
+
+    kube: KubeClient
+    options: Options
+    informers: list[Informer] = field(default_factory=list)
+    runners: list[Runner] = field(default_factory=list)
+    recorder: EventRecorder | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def _installed(self, resource: Resource) -> bool:
+        return await self.kube.get(CRDS, str(resource)) is not None
+
+    async def start(self) -> None:
+        """Start informers, wait for them to sync, then start the workers."""
+        options = self.options
+        settings = options.settings()
+        self.recorder = EventRecorder(self.kube, "kubetrain-controller")
+        self.recorder.start()
+        indexes = {OWNER_INDEX: controller_owner_uid}
+        common = {"namespace": options.namespace, "watch_timeout": options.watch_timeout}
+        pods = Informer(self.kube, PODS, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)  # type: ignore[arg-type]
+        services = Informer(self.kube, SERVICES, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)  # type: ignore[arg-type]
+        self.informers += [pods, services]
+        pod_groups = None
+        if settings.gang is not None:
+            if not await self._installed(settings.gang.resource) and not settings.gang.native:
+                raise SystemExit(
+                    f"--gang-scheduler-name={options.gang_scheduler_name} needs the "
+                    f"{settings.gang.resource} CRD; install the scheduler first"
+                )
+            pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)  # type: ignore[arg-type]
+            self.informers.append(pod_groups)
+        expectations = Expectations()
+        for kind in options.kinds:
+            framework = registry.by_name(kind)
+            if not await self._installed(framework.resource):
+                log.warning(
+                    "%s is not installed (no CRD %s); not reconciling it", framework.kind, framework.resource
+                )
+                continue
+            jobs = Informer(self.kube, framework.resource, **common)  # type: ignore[arg-type]
+            reconciler = V1JobReconciler(
+                kube=self.kube,
+                framework=framework,
+                jobs=jobs,
+                pods=pods,
+                services=services,
+                pod_groups=pod_groups,
+                expectations=expectations,
+                recorder=self.recorder,
+                settings=settings,
+            )
+            queue = WorkQueue(reconciler.name)
+            jobs.add_handler(reconciler.job_handler(queue.add))
+            pods.add_handler(reconciler.child_handler(queue.add))
+            services.add_handler(reconciler.child_handler(queue.add))
+            if pod_groups is not None:
+                pod_groups.add_handler(reconciler.child_handler(queue.add))
+            self.informers.append(jobs)
+            self.runners.append(Runner(reconciler.name, queue, reconciler.reconcile, workers=options.workers))
+        for informer in self.informers:
+            informer.start()
+        await asyncio.gather(*(i.wait_synced() for i in self.informers))
+        for runner in self.runners:
+            runner.start()
+        self.ready.set()
+        log.info(
+            "controller started: %s, %d workers each",
+            ", ".join(r.name for r in self.runners),
+            options.workers,
+        )
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(r.stop() for r in self.runners))
+        await asyncio.gather(*(i.stop() for i in self.informers))
+        if self.recorder is not None:
+            await self.recorder.stop()
+
+
+async def _serve(address: str, routes: list[web.RouteDef]) -> web.AppRunner:
+    app = web.Application()
+    app.add_routes(routes)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = _split_address(address)
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def serve_endpoints(options: Options, ready: Callable[[], bool]) -> list[web.AppRunner]:
+    """``/metrics`` on the metrics address; ``/healthz`` and ``/readyz`` on the probe address."""
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ok") if ready() else web.Response(status=503, text="caches not synced")
+
+    runners = []
+    if options.metrics_bind_address not in ("", "0"):
+        runners.append(await _serve(options.metrics_bind_address, [web.get("/metrics", metrics_handler)]))
+    if options.health_probe_bind_address not in ("", "0"):
+        runners.append(
+            await _serve(
+                options.health_probe_bind_address, [web.get("/healthz", healthz), web.get("/readyz", readyz)]
+            )
+        )
+    return runners
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    _standard = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in self._standard})
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(options: Options) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if options.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(options.log_level.upper())
+
+
+async def run(options: Options, *, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+    options.settings()  # validate flags before touching the cluster
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    kube = await KubeClient.from_kubeconfig(
+        options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
+    )
+    manager = Manager(kube, options)
+    endpoints = await serve_endpoints(options, manager.ready.is_set)
+    lead: Callable[[], Awaitable[None]] = manager.start
+    try:
+        if options.leader_elect:
+
+            async def lead_until_stopped() -> None:
+                await manager.start()
+                await stop.wait()
+
+            election = asyncio.create_task(
+                leader.run_as_leader(
+                    kube,
+                    name=options.leader_election_id,
+                    namespace=options.leader_election_namespace,
+                    lead=lead_until_stopped,
+                )
+            )
+            stopper = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({election, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if election in done:
+                election.result()
+            election.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await election
+        else:
+            await lead()
+            await stop.wait()
+    finally:
+        log.info("shutting down: finishing in-flight reconciles")
+        await manager.stop()
+        for runner in endpoints:
+            await runner.cleanup()
+        await kube.close()

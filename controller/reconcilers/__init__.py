@@ -1,0 +1,1 @@
+"""Reconcilers: one per API (v1 jobs; TrainJob)."""

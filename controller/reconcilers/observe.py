@@ -1,0 +1,129 @@
+"""What a job's pods say: counts per replica type, restarts, failures and the training report.
+
+Pure functions over the cached pods, so the decisions of a reconcile can be
+unit-tested without a cluster.
+
+Failure semantics (docs/job-lifecycle.md):
+
+* a Failed pod whose replica restarts (``OnFailure``, ``Always``, or
+  ``ExitCode`` with a retryable code >= 128, or a pod killed before its
+  container ever ran) is deleted and recreated: one restart;
+* a container the kubelet restarted in place raised ``restartCount``: one
+  restart per increment;
+* any other Failed pod (``Never``, or ``ExitCode`` with a code from 1 to 127)
+  fails the job.
+
+Every restart counts against ``runPolicy.backoffLimit``, whatever the policy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubetrain.controller.reconcilers.children import replica_of
+from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodsByReplica, ReplicaCounts
+
+NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)
+
+
+@dataclass
+class Observation:
+    """The pods of one job, digested."""
+
+    pods: PodsByReplica = field(default_factory=dict)
+    counts: dict[str, ReplicaCounts] = field(default_factory=dict)
+    to_restart: list[tuple[str, Obj]] = field(default_factory=list)
+    permanent_failures: list[tuple[str, Obj, int]] = field(default_factory=list)
+    out_of_range: list[Obj] = field(default_factory=list)
+    terminating: set[tuple[str, int]] = field(default_factory=set)
+    container_restarts: int = 0
+    report: dict[str, Any] | None = None
+
+
+def exit_code(pod: Obj, container_name: str) -> int:
+    """Exit code of the named container (or the first terminated one), else the sentinel."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != container_name)
+    for status in ordered:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return int(terminated.get("exitCode", NO_EXIT_CODE))
+    return NO_EXIT_CODE
+
+
+def restart_count(pod: Obj) -> int:
+    status = pod.get("status", {})
+    return sum(
+        int(s.get("restartCount") or 0)
+        for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+    )
+
+
+def is_retryable(policy: str, code: int) -> bool:
+    """Whether a failed replica with this restart policy and exit code is restarted."""
+    if policy in ("OnFailure", "Always"):
+        return True
+    return policy == "ExitCode" and code >= 128
+
+
+def termination_report(pod: Obj, container_name: str) -> dict[str, Any] | None:
+    """The JSON training report a container left as its termination message (current or previous run)."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") != container_name:
+            continue
+        for state in (status.get("state"), status.get("lastState")):
+            message = ((state or {}).get("terminated") or {}).get("message")
+            if not message:
+                continue
+            try:
+                report = json.loads(message)
+            except ValueError:
+                continue
+            if isinstance(report, dict):
+                return report
+    return None
+
+
+def observe(info: JobInfo, pods: list[Obj]) -> Observation:
+    """Digest the job's pods (already filtered to those it controls)."""
+    result = Observation()
+    by_type: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        identity = replica_of(pod)
+        if identity is None:
+            continue
+        rtype_label, index = identity
+        rtype = next((t for t in info.replicas if t.lower() == rtype_label), None)
+        if rtype is None:
+            result.out_of_range.append(pod)
+            continue
+        replica = info.replicas[rtype]
+        if pod["metadata"].get("deletionTimestamp"):
+            result.terminating.add((rtype, index))
+            continue
+        if index >= replica.replicas:
+            result.out_of_range.append(pod)
+            continue
+        result.pods[(rtype, index)] = pod
+        result.container_restarts += restart_count(pod)
+        phase = pod.get("status", {}).get("phase")
+        counts = by_type.setdefault(rtype, {"active": 0, "succeeded": 0, "failed": 0})
+        if phase == "Running":
+            counts["active"] += 1
+        elif phase == "Succeeded":
+            counts["succeeded"] += 1
+        elif phase == "Failed":
+            counts["failed"] += 1
+            code = exit_code(pod, info.framework.default_container)
+            if is_retryable(replica.restart_policy, code):
+                result.to_restart.append((rtype, pod))
+            else:
+                result.permanent_failures.append((rtype, pod, code))
+        if info.framework.is_master_role(info, rtype, index):
+            report = termination_report(pod, info.framework.default_container)
+            if report is not None:
+                result.report = report
+    result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}
+    return result

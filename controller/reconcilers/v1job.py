@@ -1,0 +1,626 @@
+"""Reconcile a Kubeflow v1 job (PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) into pods.
+
+Written once for every v1 kind; the ``Framework`` supplies what differs. One
+pass, level-triggered, reading only the informer caches:
+
+1. skip jobs another controller manages, jobs being deleted, and jobs whose
+   expected creates/deletes have not reached the cache yet;
+2. a finished job: clean up per ``cleanPodPolicy``, delete it once its TTL has
+   passed (a timed requeue makes that happen on time);
+3. a suspended job: delete its pods and services; a resumed one restarts its clock;
+4. otherwise observe the pods, count restarts, and decide, in this order:
+   backoff limit exceeded, deadline exceeded, a replica failed for good, the
+   job succeeded, it is restarting, it is running;
+5. write the status (before anything destructive, so a conflict changes
+   nothing), then delete pods to restart and create what is missing, all
+   creates of a pass in parallel;
+6. requeue at the next deadline.
+
+Decisions are documented for users in docs/job-lifecycle.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubetrain import naming
+from kubetrain.controller import metrics
+from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.core.runner import Result
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES, Resource
+from kubetrain.controller.reconcilers import conditions as cond
+from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
+from kubetrain.controller.reconcilers.observe import Observation, observe
+from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
+from kubetrain.controller.runtimes.framework import (
+    Framework,
+    JobInfo,
+    Obj,
+    PodPlugin,
+    job_info,
+    replica_labels,
+)
+from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
+from kubetrain.controller.runtimes.gpu import GpuPlugin, lopsided_gpu_warning
+
+log = logging.getLogger("kubetrain.controller")
+
+OWNER_INDEX = "owner"
+UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass
+class Settings:
+    """How the controller behaves, from its flags."""
+
+    managed_by: frozenset[str | None] = frozenset(
+        {None, "", UPSTREAM_MANAGED_BY, naming.MANAGED_BY_KUBETRAIN}
+    )
+    gang: GangScheduler | None = None
+    extra_plugins: Sequence[PodPlugin] = ()
+    create_concurrency: int = 64
+
+
+@dataclass
+class _Work:
+    """What one reconcile decided to do after its status is written."""
+
+    delete_pods: list[Obj] = field(default_factory=list)
+    delete_services: list[Obj] = field(default_factory=list)
+    create_pods: list[Obj] = field(default_factory=list)
+    create_services: list[Obj] = field(default_factory=list)
+
+
+@dataclass
+class _Pass:
+    """The state of one reconcile: the job (a private copy), its status being edited, its children."""
+
+    info: JobInfo
+    status: dict[str, Any]
+    original: dict[str, Any]
+    pods: list[Obj]
+    services: list[Obj]
+    now: dt.datetime
+    stamp: str
+
+
+class V1JobReconciler:
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        framework: Framework,
+        jobs: Informer,
+        pods: Informer,
+        services: Informer,
+        expectations: Expectations,
+        recorder: EventRecorder,
+        settings: Settings,
+        pod_groups: Informer | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.kube = kube
+        self.framework = framework
+        self.jobs = jobs
+        self.pods = pods
+        self.services = services
+        self.pod_groups = pod_groups
+        self.expectations = expectations
+        self.recorder = recorder
+        self.settings = settings
+        self.clock = clock
+        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+        if settings.gang is not None:
+            plugins.append(GangPlugin(settings.gang))
+        self.plugins: list[PodPlugin] = [*plugins, *settings.extra_plugins]
+        self.name = framework.kind.lower()
+
+    # -- event handlers ------------------------------------------------------------------------------
+    def owner_key(self, obj: Obj) -> str | None:
+        """The key of the job of this kind that controls ``obj``, if any."""
+        for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+            if (
+                ref.get("controller")
+                and ref.get("kind") == self.framework.kind
+                and ref.get("apiVersion", "").startswith(self.framework.resource.group + "/")
+            ):
+                return f"{obj['metadata']['namespace']}/{ref['name']}"
+        return None
+
+    def child_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+        """Informer handler for pods and services: settle expectations, enqueue the owning job."""
+
+        def handle(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            key = self.owner_key(obj)
+            if key is None:
+                return
+            if old is None:
+                self.expectations.creation_observed(key)
+            elif new is None:
+                self.expectations.deletion_observed(key, obj["metadata"].get("uid", ""))
+            enqueue(key)
+
+        return handle
+
+    def job_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+        def handle(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            if new is None:
+                self.expectations.forget(key)
+            enqueue(key)
+
+        return handle
+
+    # -- reconcile -------------------------------------------------------------------------------------
+    def manages(self, job: Obj) -> bool:
+        managed_by = (job.get("spec") or {}).get("runPolicy", {}).get("managedBy")
+        return managed_by in self.settings.managed_by
+
+    async def reconcile(self, key: str) -> Result:
+        cached = self.jobs.get(key)
+        if cached is None:
+            self.expectations.forget(key)
+            return Result()
+        if not self.manages(cached) or cached["metadata"].get("deletionTimestamp"):
+            return Result()
+        if not self.expectations.satisfied(key):
+            return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
+        job = copy.deepcopy(cached)  # the cache's copy is shared; this pass works on its own
+        info = job_info(job, self.framework)
+        status: dict[str, Any] = copy.deepcopy(job.get("status") or {})
+        now = self.clock()
+        ctx = _Pass(
+            info=info,
+            status=status,
+            original=copy.deepcopy(status),
+            pods=[p for p in self.pods.by_index(OWNER_INDEX, info.uid) if replica_of(p) is not None],
+            services=self.services.by_index(OWNER_INDEX, info.uid),
+            now=now,
+            stamp=rfc3339(now),
+        )
+        self._ensure_created(ctx)
+        if cond.is_finished(status):
+            result = await self._finished(ctx)
+            await self._write_status(ctx)
+            return result
+        if (info.run_policy.get("suspend") or False) is True:
+            await self._suspend(ctx)
+            await self._write_status(ctx)
+            return Result()
+        if cond.is_true(status, cond.SUSPENDED):
+            message = f"{self.framework.kind} {info.name} is resumed."
+            reason = f"{self.framework.kind}Resumed"
+            cond.set_condition(
+                status, cond.SUSPENDED, reason=reason, message=message, now=ctx.stamp, true=False
+            )
+            status["startTime"] = ctx.stamp
+            self.recorder.event(job, NORMAL, reason, message)
+        return await self._run(ctx)
+
+    async def _run(self, ctx: _Pass) -> Result:
+        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        obs = observe(info, ctx.pods)
+        await self._copy_report(info, obs)
+        new_restarts = self._count_restarts(status, obs)
+        status["replicaStatuses"] = self._replica_statuses(info, obs)
+        status.setdefault("startTime", ctx.stamp)
+
+        succeeded = self.framework.succeeded(info, obs.counts, obs.pods)
+        failure = None if succeeded else self._limit_exceeded(ctx) or self._permanent_failure(info, obs)
+        if failure is not None:
+            await self._finish(ctx, succeeded=False, reason=failure[0], message=failure[1])
+            await self._write_status(ctx)
+            return self._ttl_result(ctx)
+        if succeeded:
+            message = f"{kind} {info.name} is successfully completed."
+            await self._finish(ctx, succeeded=True, reason=f"{kind}Succeeded", message=message)
+            await self._write_status(ctx)
+            return self._ttl_result(ctx)
+
+        if new_restarts:
+            failed_types = sorted({rtype for rtype, _ in obs.to_restart}) or ["in-place"]
+            message = (
+                f"{kind} {info.name} is restarting because {new_restarts} {', '.join(failed_types)} "
+                "replica(s) failed."
+            )
+            cond.set_condition(
+                status, cond.RESTARTING, reason=f"{kind}Restarting", message=message, now=ctx.stamp
+            )
+            metrics.jobs_restarted.labels(info.namespace, self.framework.framework_label).inc(new_restarts)
+            self.recorder.event(info.job, WARNING, f"{kind}Restarting", message)
+        elif self.framework.running(info, obs.counts):
+            message = f"{kind} {info.name} is running."
+            cond.set_condition(status, cond.RUNNING, reason=f"{kind}Running", message=message, now=ctx.stamp)
+
+        work = self._plan(info, obs, ctx.services)
+        if self.settings.gang is not None and not await self._sync_pod_group(ctx):
+            await self._write_status(ctx)
+            return Result(requeue_after=5.0)
+        await self._write_status(ctx)
+        await self._act(info, work)
+        self._warn(info)
+        await self._sync_hpa(info, suspended=False)
+        return self._deadline_result(ctx)
+
+    # -- decisions -----------------------------------------------------------------------------------
+    def _ensure_created(self, ctx: _Pass) -> None:
+        info, status = ctx.info, ctx.status
+        if cond.find(status, cond.CREATED) is not None:
+            return
+        kind = self.framework.kind
+        message = f"{kind} {info.name} is created."
+        warning = lopsided_gpu_warning(info)
+        if warning:
+            message += f" Warning: {warning}."
+            self.recorder.event(info.job, WARNING, "LopsidedGPURequests", warning)
+        cond.set_condition(status, cond.CREATED, reason=f"{kind}Created", message=message, now=ctx.stamp)
+        metrics.jobs_created.labels(info.namespace, self.framework.framework_label).inc()
+        self.recorder.event(info.job, NORMAL, f"{kind}Created", message)
+
+    def _count_restarts(self, status: dict[str, Any], obs: Observation) -> int:
+        """Restarts since the last pass: in-place container restarts plus pods to recreate."""
+        baseline = int(status.get("observedContainerRestarts") or 0)
+        in_place = max(0, obs.container_restarts - baseline)
+        new = in_place + len(obs.to_restart)
+        status["observedContainerRestarts"] = obs.container_restarts
+        status["restartCount"] = int(status.get("restartCount") or 0) + new
+        return new
+
+    def _replica_statuses(self, info: JobInfo, obs: Observation) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for rtype in info.replicas:
+            counts = obs.counts.get(rtype)
+            entry: dict[str, Any] = {}
+            if counts is not None:
+                entry.update(
+                    {
+                        k: v
+                        for k, v in (
+                            ("active", counts.active),
+                            ("succeeded", counts.succeeded),
+                            ("failed", counts.failed),
+                        )
+                        if v
+                    }
+                )
+            labels = replica_labels(info, rtype)
+            entry["selector"] = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            result[rtype] = entry
+        return result
+
+    def _limit_exceeded(self, ctx: _Pass) -> tuple[str, str] | None:
+        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        limit = info.run_policy.get("backoffLimit")
+        restarts = int(status.get("restartCount") or 0)
+        if limit is not None and restarts > int(limit):
+            return (
+                "BackoffLimitExceeded",
+                f"{kind} {info.name} has failed because it has reached the specified "
+                f"backoff limit: {restarts} restarts, backoffLimit {limit}",
+            )
+        deadline = info.run_policy.get("activeDeadlineSeconds")
+        started = parse_time(status.get("startTime"))
+        if (
+            deadline is not None
+            and started is not None
+            and (ctx.now - started).total_seconds() >= int(deadline)
+        ):
+            return (
+                "DeadlineExceeded",
+                f"{kind} {info.name} has failed because it was active longer than the "
+                f"specified deadline of {deadline}s",
+            )
+        return None
+
+    def _permanent_failure(self, info: JobInfo, obs: Observation) -> tuple[str, str] | None:
+        if not obs.permanent_failures:
+            return None
+        rtype, pod, code = obs.permanent_failures[0]
+        count = sum(1 for t, _, _ in obs.permanent_failures if t == rtype)
+        detail = (
+            f"{pod['metadata']['name']} exited with code {code}"
+            if code != 0xBEEF
+            else f"{pod['metadata']['name']} failed ({pod.get('status', {}).get('reason') or 'no exit code'})"
+        )
+        policy = info.replicas[rtype].restart_policy
+        return (
+            f"{self.framework.kind}Failed",
+            f"{self.framework.kind} {info.name} has failed because {count} "
+            f"{rtype} replica(s) failed: {detail} (restartPolicy {policy})",
+        )
+
+    def _plan(self, info: JobInfo, obs: Observation, services: list[Obj]) -> _Work:
+        work = _Work(delete_pods=[*(pod for _, pod in obs.to_restart), *obs.out_of_range])
+        existing_services = {
+            s["metadata"]["name"]: s for s in services if not s["metadata"].get("deletionTimestamp")
+        }
+        for rtype, replica in info.replicas.items():
+            for index in range(replica.replicas):
+                identity = (rtype, index)
+                if identity not in obs.pods and identity not in obs.terminating:
+                    work.create_pods.append(build_pod(info, rtype, index, self.plugins))
+                if naming.replica_name(info.name, rtype, index) not in existing_services:
+                    work.create_services.append(build_service(info, rtype, index))
+        wanted = {
+            naming.replica_name(info.name, t, i) for t, r in info.replicas.items() for i in range(r.replicas)
+        }
+        work.delete_services = [s for n, s in existing_services.items() if n not in wanted]
+        return work
+
+    # -- finishing, suspending, cleanup --------------------------------------------------------------
+    async def _finish(self, ctx: _Pass, *, succeeded: bool, reason: str, message: str) -> None:
+        info, status = ctx.info, ctx.status
+        ctype = cond.SUCCEEDED if succeeded else cond.FAILED
+        cond.set_condition(status, ctype, reason=reason, message=message, now=ctx.stamp)
+        status.setdefault("completionTime", ctx.stamp)
+        counter = metrics.jobs_successful if succeeded else metrics.jobs_failed
+        counter.labels(info.namespace, self.framework.framework_label).inc()
+        self.recorder.event(info.job, NORMAL if succeeded else WARNING, reason, message)
+        log.info("job %s/%s %s: %s", info.namespace, info.name, ctype.lower(), message)
+        await self._cleanup(ctx, finished=True)
+
+    async def _finished(self, ctx: _Pass) -> Result:
+        await self._cleanup(ctx, finished=True)
+        ttl = self._ttl_result(ctx)
+        if ttl.requeue_after == 0:
+            await self._delete_job(ctx.info)
+            return Result()
+        return ttl
+
+    async def _suspend(self, ctx: _Pass) -> None:
+        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        await self._cleanup(ctx, finished=False)
+        await self._sync_hpa(info, suspended=True)
+        for entry in (status.get("replicaStatuses") or {}).values():
+            entry.pop("active", None)
+        message = f"{kind} {info.name} is suspended."
+        for ctype in (cond.RUNNING, cond.RESTARTING):
+            cond.set_false(status, ctype, reason=f"{kind}Suspended", message=message, now=ctx.stamp)
+        if cond.set_condition(
+            status, cond.SUSPENDED, reason=f"{kind}Suspended", message=message, now=ctx.stamp
+        ):
+            self.recorder.event(info.job, NORMAL, f"{kind}Suspended", message)
+
+    async def _cleanup(self, ctx: _Pass, *, finished: bool) -> None:
+        """Delete pods per cleanPodPolicy (everything when suspending), their services and the pod group."""
+        info = ctx.info
+        policy = info.run_policy.get("cleanPodPolicy") or "None"
+        live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
+        if finished and policy == "None":
+            doomed: list[Obj] = []
+        elif finished and policy == "Running":
+            doomed = [p for p in live if p.get("status", {}).get("phase") in ("Running", "Pending", None)]
+        else:
+            doomed = live
+        names = {p["metadata"]["name"] for p in doomed}
+        everything = not finished or policy == "All"
+        doomed_services = [
+            s
+            for s in ctx.services
+            if not s["metadata"].get("deletionTimestamp") and (everything or s["metadata"]["name"] in names)
+        ]
+        await self._delete_all(info, PODS, doomed)
+        await self._delete_all(info, SERVICES, doomed_services)
+        if self.settings.gang is not None:
+            deleted = await self.kube.delete(self.settings.gang.resource, info.name, info.namespace)
+            if deleted:
+                self.recorder.event(
+                    info.job, NORMAL, "SuccessfulDeletePodGroup", f"Deleted PodGroup: {info.name}"
+                )
+
+    def _ttl_result(self, ctx: _Pass) -> Result:
+        ttl = ctx.info.run_policy.get("ttlSecondsAfterFinished")
+        completed = parse_time(ctx.status.get("completionTime"))
+        if ttl is None or completed is None:
+            return Result()
+        remaining = (completed - ctx.now).total_seconds() + int(ttl)
+        return Result(requeue_after=max(0.0, remaining))
+
+    def _deadline_result(self, ctx: _Pass) -> Result:
+        deadline = ctx.info.run_policy.get("activeDeadlineSeconds")
+        started = parse_time(ctx.status.get("startTime"))
+        if deadline is None or started is None:
+            return Result()
+        return Result(requeue_after=max(0.0, (started - ctx.now).total_seconds() + int(deadline)))
+
+    async def _delete_job(self, info: JobInfo) -> None:
+        if await self.kube.delete(self.framework.resource, info.name, info.namespace, uid=info.uid):
+            metrics.jobs_deleted.labels(info.namespace, self.framework.framework_label).inc()
+            self.recorder.event(info.job, NORMAL, "SuccessfulDeleteJob", f"Deleted job: {info.name} (TTL)")
+            log.info("job %s/%s deleted: ttlSecondsAfterFinished passed", info.namespace, info.name)
+
+    # -- writes --------------------------------------------------------------------------------------
+    async def _write_status(self, ctx: _Pass) -> None:
+        """Merge-patch the status, guarded by the job's resourceVersion, when this pass changed it."""
+        if ctx.status == ctx.original:
+            return
+        status = ctx.status
+        meta = ctx.info.job["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        updated = await self.kube.patch(
+            self.framework.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
+        )
+        self.jobs.observe_write(updated)
+        log.info("job %s/%s status: %s", meta["namespace"], meta["name"], cond.state(status) or "-")
+
+    async def _act(self, info: JobInfo, work: _Work) -> None:
+        await self._delete_all(info, PODS, work.delete_pods)
+        await self._delete_all(info, SERVICES, work.delete_services)
+        await self._create_all(info, SERVICES, work.create_services, track=False)
+        await self._create_all(info, PODS, work.create_pods, track=True)
+        if work.create_pods or work.delete_pods:
+            log.info(
+                "job %s/%s: created %d pods and %d services, deleted %d pods",
+                info.namespace,
+                info.name,
+                len(work.create_pods),
+                len(work.create_services),
+                len(work.delete_pods),
+            )
+
+    async def _create_all(self, info: JobInfo, resource: Resource, bodies: list[Obj], *, track: bool) -> None:
+        if not bodies:
+            return
+        key = f"{info.namespace}/{info.name}"
+        if track:
+            self.expectations.expect_creations(key, len(bodies))
+        limit = asyncio.Semaphore(self.settings.create_concurrency)
+        kind = resource.kind
+
+        async def create(body: Obj) -> None:
+            name = body["metadata"]["name"]
+            async with limit:
+                try:
+                    await self.kube.create(resource, body, info.namespace)
+                except errors.APIConflictError:
+                    if track:
+                        self.expectations.creation_observed(key)
+                    return
+                except errors.APIError as exc:
+                    if track:
+                        self.expectations.creation_observed(key)
+                    self.recorder.event(
+                        info.job, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {exc.message}"
+                    )
+                    raise
+            self.recorder.event(
+                info.job, NORMAL, f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
+            )
+
+        results = await asyncio.gather(*(create(b) for b in bodies), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+
+    async def _delete_all(self, info: JobInfo, resource: Resource, objs: Iterable[Obj]) -> None:
+        key = f"{info.namespace}/{info.name}"
+        targets = list(objs)
+        if not targets:
+            return
+
+        async def delete(obj: Obj) -> None:
+            meta = obj["metadata"]
+            if resource is PODS:
+                self.expectations.expect_deletion(key, meta["uid"])
+            gone = await self.kube.delete(resource, meta["name"], info.namespace, uid=meta["uid"])
+            if not gone and resource is PODS:
+                self.expectations.deletion_observed(key, meta["uid"])
+            if gone:
+                self.recorder.event(
+                    info.job,
+                    NORMAL,
+                    f"SuccessfulDelete{resource.kind}",
+                    f"Deleted {resource.kind.lower()}: {meta['name']}",
+                )
+
+        await asyncio.gather(*(delete(o) for o in targets))
+
+    async def _copy_report(self, info: JobInfo, obs: Observation) -> None:
+        """Copy rank 0's training report into the job's annotations (and an Event) when it changes."""
+        if obs.report is None:
+            return
+        text = json.dumps(obs.report, sort_keys=True, separators=(",", ":"))
+        if info.annotations.get(naming.ANNOTATION_TRAINING_REPORT) == text:
+            return
+        annotations = {naming.ANNOTATION_TRAINING_REPORT: text}
+        checkpoint = obs.report.get("last_checkpoint") or obs.report.get("checkpoint")
+        if checkpoint:
+            annotations[naming.ANNOTATION_LAST_CHECKPOINT] = str(checkpoint)
+        updated = await self.kube.patch(
+            self.framework.resource,
+            info.name,
+            {"metadata": {"annotations": annotations}},
+            namespace=info.namespace,
+        )
+        self.jobs.observe_write(updated)
+        info.job["metadata"] = updated[
+            "metadata"
+        ]  # our own copy: the status write must carry the new version
+        summary = ", ".join(f"{k}={v}" for k, v in sorted(obs.report.items()) if k != "metrics")
+        metrics_text = ", ".join(f"{k}={v}" for k, v in sorted((obs.report.get("metrics") or {}).items()))
+        self.recorder.event(
+            info.job,
+            NORMAL,
+            "TrainingReport",
+            f"rank 0 reported {summary}" + (f"; metrics: {metrics_text}" if metrics_text else ""),
+        )
+
+    def _warn(self, info: JobInfo) -> None:
+        for warning in dict.fromkeys(info.warnings):
+            self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
+
+    # -- gang scheduling and elastic autoscaling -------------------------------------------------------
+    async def _sync_pod_group(self, ctx: _Pass) -> bool:
+        """Create the job's pod group if missing; returns whether pods may be created."""
+        info, gang = ctx.info, self.settings.gang
+        assert gang is not None
+        existing = self.pod_groups.get(f"{info.namespace}/{info.name}") if self.pod_groups else None
+        if existing is None:
+            try:
+                existing = await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
+                self.recorder.event(
+                    info.job, NORMAL, "SuccessfulCreatePodGroup", f"Created PodGroup: {info.name}"
+                )
+            except errors.APIConflictError:
+                existing = await self.kube.get(gang.resource, info.name, info.namespace)
+        if gang.admitted(existing):
+            return True
+        ctx.status["lastReconcileTime"] = ctx.stamp
+        return False
+
+    async def _sync_hpa(self, info: JobInfo, *, suspended: bool) -> None:
+        elastic = info.spec.get("elasticPolicy") or {}
+        if self.framework.kind != "PyTorchJob" or not elastic.get("metrics"):
+            return
+        if suspended:
+            await self.kube.delete(HPAS, info.name, info.namespace)
+            return
+        desired = {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {
+                "name": info.name,
+                "namespace": info.namespace,
+                "ownerReferences": [info.owner_reference()],
+            },
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": info.job["apiVersion"],
+                    "kind": info.job["kind"],
+                    "name": info.name,
+                },
+                "minReplicas": elastic["minReplicas"],
+                "maxReplicas": elastic["maxReplicas"],
+                "metrics": elastic["metrics"],
+            },
+        }
+        current = await self.kube.get(HPAS, info.name, info.namespace)
+        if current is None:
+            await self.kube.create(HPAS, desired, info.namespace)
+        elif current.get("spec") != desired["spec"]:
+            await self.kube.patch(HPAS, info.name, {"spec": desired["spec"]}, namespace=info.namespace)

@@ -1,0 +1,1 @@
+"""Framework plugins (what differs per kind) and cross-cutting pod plugins."""

@@ -1,0 +1,42 @@
+"""The checkpoint contract: tell every training container where checkpoints live and where to resume.
+
+A job opts in with the ``kubetrain.dev/checkpoint-dir`` annotation (a path in
+the pods) and optionally ``kubetrain.dev/checkpoint-volume`` (a PVC mounted at
+that path). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
+``KUBETRAIN_RESUME_FROM`` (the latest checkpoint the controller has seen
+reported, so a recreated pod resumes from it) and ``KUBETRAIN_ATTEMPT``.
+"""
+
+from __future__ import annotations
+
+from kubetrain import naming
+from kubetrain.controller.runtimes.framework import JobInfo, Obj, env_value
+
+
+class CheckpointPlugin:
+    name = "checkpoint"
+
+    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
+        directory = info.annotations.get(naming.ANNOTATION_CHECKPOINT_DIR)
+        if not directory:
+            return
+        env = [
+            env_value(naming.ENV_CHECKPOINT_DIR, directory),
+            env_value(naming.ENV_RESUME_FROM, info.annotations.get(naming.ANNOTATION_LAST_CHECKPOINT, "")),
+            env_value(naming.ENV_ATTEMPT, info.annotations.get(naming.ANNOTATION_ATTEMPT, "1")),
+        ]
+        claim = info.annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
+        spec = pod["spec"]
+        if claim:
+            volumes = spec.setdefault("volumes", [])
+            if not any(v.get("name") == naming.CHECKPOINT_VOLUME_NAME for v in volumes):
+                volumes.append(
+                    {"name": naming.CHECKPOINT_VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}}
+                )
+        for container in spec.get("containers") or []:
+            names = {e.get("name") for e in container.get("env") or []}
+            container.setdefault("env", []).extend(e for e in env if e["name"] not in names)
+            if claim:
+                mounts = container.setdefault("volumeMounts", [])
+                if not any(m.get("mountPath") == directory for m in mounts):
+                    mounts.append({"name": naming.CHECKPOINT_VOLUME_NAME, "mountPath": directory})
