@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from typing import Annotated
 
 import typer
@@ -66,6 +68,8 @@ def run_command(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Reconcile Kubeflow training jobs into pods until SIGTERM."""
+    # Until the event loop takes over SIGTERM, it means "exit cleanly": nothing has started yet.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     from kubetrain.controller.main import Options, configure_logging, run
     from kubetrain.controller.runtimes import registry
 

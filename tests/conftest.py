@@ -19,12 +19,14 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, config
 
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+from tests.support import ControllerHandle, Jobs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,3 +124,31 @@ def crds(kubectl: Kubectl) -> None:
 @pytest.fixture(scope="session")
 def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def jobs(custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str) -> Jobs:
+    return Jobs(custom, core, namespace)
+
+
+@pytest.fixture
+async def start_controller(kubeconfig: Path, namespace: str, crds: None) -> AsyncIterator[Any]:
+    """Start an in-process controller scoped to the test's namespace (options as keyword arguments)."""
+    handles: list[ControllerHandle] = []
+
+    async def start(**overrides: Any) -> ControllerHandle:
+        handle = ControllerHandle(kubeconfig, namespace=namespace, **overrides)
+        await handle.start()
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        await handle.stop()
+
+
+@pytest.fixture
+async def controller(start_controller: Any) -> ControllerHandle:
+    """The controller with default options, for this test's namespace."""
+    handle: ControllerHandle = await start_controller()
+    return handle

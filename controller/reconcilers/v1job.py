@@ -38,6 +38,7 @@ from kubetrain.controller.core.runner import Result
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.patch import merge_patch
 from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES, Resource
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
@@ -461,7 +462,10 @@ class V1JobReconciler:
             return
         status = ctx.status
         meta = ctx.info.job["metadata"]
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": merge_patch(ctx.original, status),
+        }
         updated = await self.kube.patch(
             self.framework.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
         )
@@ -576,18 +580,38 @@ class V1JobReconciler:
 
     # -- gang scheduling and elastic autoscaling -------------------------------------------------------
     async def _sync_pod_group(self, ctx: _Pass) -> bool:
-        """Create the job's pod group if missing; returns whether pods may be created."""
+        """Make the job's pod group match the spec; returns whether pods may be created now.
+
+        The native PodGroup's spec is immutable, so a changed size replaces it, and only while the job
+        has no pods (a suspend and resume gets there); the other schedulers' groups are patched.
+        """
         info, gang = ctx.info, self.settings.gang
         assert gang is not None
+        desired = gang.pod_group(info)
         existing = self.pod_groups.get(f"{info.namespace}/{info.name}") if self.pod_groups else None
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+            ctx.status["lastReconcileTime"] = ctx.stamp
+            return False  # the old group is still going away; its deletion event requeues the job
         if existing is None:
             try:
-                existing = await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
+                existing = await self.kube.create(gang.resource, desired, info.namespace)
                 self.recorder.event(
                     info.job, NORMAL, "SuccessfulCreatePodGroup", f"Created PodGroup: {info.name}"
                 )
             except errors.APIConflictError:
                 existing = await self.kube.get(gang.resource, info.name, info.namespace)
+        elif existing.get("spec") != desired["spec"] and any(
+            k not in existing.get("spec", {}) or existing["spec"][k] != v for k, v in desired["spec"].items()
+        ):
+            if gang.native:
+                if not ctx.pods:
+                    await self.kube.delete(gang.resource, info.name, info.namespace)
+                    ctx.status["lastReconcileTime"] = ctx.stamp
+                    return False
+            else:
+                await self.kube.patch(
+                    gang.resource, info.name, {"spec": desired["spec"]}, namespace=info.namespace
+                )
         if gang.admitted(existing):
             return True
         ctx.status["lastReconcileTime"] = ctx.stamp

@@ -134,6 +134,14 @@ class JobStatus(ApiModel):
     start_time: str | None = None
     completion_time: str | None = None
     last_reconcile_time: str | None = None
+    restart_count: int | None = Field(
+        None,
+        description="kubetrain: replica restarts so far (recreated pods and in-place container restarts); "
+        "runPolicy.backoffLimit bounds it",
+    )
+    observed_container_restarts: int | None = Field(
+        None, description="kubetrain: container restarts of the live pods at the last reconcile (bookkeeping)"
+    )
 
 
 class ObjectMeta(ApiModel):

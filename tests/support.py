@@ -1,0 +1,224 @@
+"""Helpers shared by the integration and e2e tests: run the controller, submit jobs, wait for things."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import client
+
+from kubetrain.controller import metrics
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.controller.main import Manager, Options
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.1,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+
+class ControllerHandle:
+    """An in-process controller scoped to one namespace, started and stopped by the test."""
+
+    def __init__(self, kubeconfig: Path, **overrides: Any) -> None:
+        self.options = Options(
+            kubeconfig=str(kubeconfig), metrics_bind_address="0", health_probe_bind_address="0", **overrides
+        )
+        self.manager: Manager | None = None
+
+    async def start(self) -> None:
+        kube = await KubeClient.from_kubeconfig(
+            self.options.kubeconfig, qps=self.options.kube_api_qps, burst=self.options.kube_api_burst
+        )
+        self.manager = Manager(kube, self.options)
+        await self.manager.start()
+
+    async def stop(self) -> None:
+        if self.manager is not None:
+            await self.manager.stop()
+            await self.manager.kube.close()
+            self.manager = None
+
+
+def metric(name: str, **labels: str) -> float:
+    """Current value of a controller metric (0 when the series does not exist yet)."""
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class Jobs:
+    """Create and inspect training jobs of one namespace."""
+
+    def __init__(self, custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str) -> None:
+        self.custom = custom
+        self.core = core
+        self.namespace = namespace
+
+    @staticmethod
+    def _resource(kind: str) -> tuple[str, str, str]:
+        if kind == "TrainJob":
+            return "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+        return "kubeflow.org", "v1", kind.lower() + "s"
+
+    async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        group, version, plural = self._resource(manifest["kind"])
+        body = copy.deepcopy(manifest)
+        created: dict[str, Any] = await self.custom.create_namespaced_custom_object(
+            group, version, self.namespace, plural, body
+        )
+        return created
+
+    async def get(self, name: str, kind: str = "PyTorchJob") -> dict[str, Any] | None:
+        group, version, plural = self._resource(kind)
+        try:
+            job: dict[str, Any] = await self.custom.get_namespaced_custom_object(
+                group, version, self.namespace, plural, name
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    async def patch(self, name: str, body: dict[str, Any], kind: str = "PyTorchJob") -> None:
+        group, version, plural = self._resource(kind)
+        await self.custom.patch_namespaced_custom_object(
+            group, version, self.namespace, plural, name, body, _content_type="application/merge-patch+json"
+        )
+
+    async def delete(self, name: str, kind: str = "PyTorchJob") -> None:
+        group, version, plural = self._resource(kind)
+        await self.custom.delete_namespaced_custom_object(group, version, self.namespace, plural, name)
+
+    async def wait_condition(
+        self, name: str, ctype: str, *, kind: str = "PyTorchJob", timeout: float = 30, status: str = "True"
+    ) -> dict[str, Any]:
+        async def probe() -> dict[str, Any] | None:
+            job = await self.get(name, kind)
+            for condition in ((job or {}).get("status") or {}).get("conditions") or []:
+                if condition["type"] == ctype and condition["status"] == status:
+                    return job
+            return None
+
+        return await eventually(probe, timeout=timeout, what=f"{kind} {name} to have {ctype}={status}")
+
+    async def pods(self, job: str | None = None) -> list[client.V1Pod]:
+        selector = f"training.kubeflow.org/job-name={job}" if job else None
+        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        return list(listed.items)
+
+    async def services(self, job: str | None = None) -> list[client.V1Service]:
+        selector = f"training.kubeflow.org/job-name={job}" if job else None
+        listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)
+        return list(listed.items)
+
+    async def wait_pods(
+        self, job: str, count: int, *, phase: str | None = None, timeout: float = 30
+    ) -> list[Any]:
+        async def probe() -> list[Any] | None:
+            pods = [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
+            if phase is not None:
+                pods = [p for p in pods if p.status.phase == phase]
+            return pods if len(pods) == count else None
+
+        return await eventually(
+            probe, timeout=timeout, what=f"{count} pods of {job}" + (f" {phase}" if phase else "")
+        )
+
+    async def events(self, name: str) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of the Events about a job, oldest first."""
+        listed = await self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}"
+        )
+        ordered = sorted(
+            listed.items, key=lambda e: (e.first_timestamp or e.event_time or 0, e.metadata.name)
+        )
+        return [(e.type, e.reason, e.message) for e in ordered]
+
+    async def wait_event(self, name: str, reason: str, timeout: float = 30) -> tuple[str, str, str]:
+        async def probe() -> tuple[str, str, str] | None:
+            return next((e for e in await self.events(name) if e[1] == reason), None)
+
+        return await eventually(probe, timeout=timeout, what=f"event {reason} on {name}")
+
+
+def pytorchjob(
+    name: str,
+    *,
+    workers: int = 2,
+    master: bool = True,
+    restart_policy: str = "OnFailure",
+    annotations: dict[str, str] | None = None,
+    master_annotations: dict[str, str] | None = None,
+    worker_annotations: dict[str, str] | None = None,
+    gpus: int = 0,
+    run_policy: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A PyTorchJob whose simulated pods behave as the annotations say."""
+
+    def replica(count: int, pod_annotations: dict[str, str] | None) -> dict[str, Any]:
+        container: dict[str, Any] = {
+            "name": "pytorch",
+            "image": "example.com/train:1",
+            "ports": [{"name": "pytorchjob-port", "containerPort": 8080}],
+        }
+        if gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        return {
+            "replicas": count,
+            "restartPolicy": restart_policy,
+            "template": {
+                "metadata": {"annotations": dict(pod_annotations or {})},
+                "spec": {"containers": [container]},
+            },
+        }
+
+    replicas: dict[str, Any] = {}
+    if master:
+        replicas["Master"] = replica(1, master_annotations)
+    if workers:
+        replicas["Worker"] = replica(workers, worker_annotations)
+    job_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, **spec}
+    if run_policy:
+        job_spec["runPolicy"] = run_policy
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": job_spec,
+    }
+
+
+HANG = {"sim.kubetrain.dev/outcome": "hang"}
+
+
+def runs_for(duration: str) -> dict[str, str]:
+    return {"sim.kubetrain.dev/run-duration": duration}
+
+
+def fails(code: int = 1, after: str = "1s", reason: str = "Error") -> dict[str, str]:
+    return {
+        "sim.kubetrain.dev/outcome": "fail",
+        "sim.kubetrain.dev/exit-code": str(code),
+        "sim.kubetrain.dev/run-duration": after,
+        "sim.kubetrain.dev/reason": reason,
+    }

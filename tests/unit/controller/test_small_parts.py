@@ -1,0 +1,92 @@
+"""Expectations, the token bucket, merge patches and quantities."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from kubetrain import quantity
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.kube.client import TokenBucket
+from kubetrain.controller.kube.patch import merge_patch
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_expectations_are_met_when_every_create_and_delete_is_observed() -> None:
+    expectations = Expectations()
+    assert expectations.satisfied("ns/job")
+    expectations.expect_creations("ns/job", 2)
+    expectations.expect_deletion("ns/job", "uid-1")
+    assert not expectations.satisfied("ns/job")
+    expectations.creation_observed("ns/job")
+    expectations.creation_observed("ns/job")
+    assert not expectations.satisfied("ns/job")
+    expectations.deletion_observed("ns/job", "uid-other")
+    assert not expectations.satisfied("ns/job"), "only the expected uid counts"
+    expectations.deletion_observed("ns/job", "uid-1")
+    assert expectations.satisfied("ns/job")
+
+
+def test_expectations_expire_so_a_lost_event_never_wedges_a_job() -> None:
+    clock = FakeClock()
+    expectations = Expectations(ttl=300, clock=clock)
+    expectations.expect_creations("ns/job", 1)
+    clock.now = 299
+    assert not expectations.satisfied("ns/job")
+    assert expectations.pending_for("ns/job") == pytest.approx(1)
+    clock.now = 301
+    assert expectations.satisfied("ns/job")
+
+
+def test_token_bucket_allows_a_burst_then_spaces_requests_at_qps() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=3, clock=clock)
+    assert [bucket.reserve() for _ in range(3)] == [0, 0, 0]
+    assert bucket.reserve() == pytest.approx(0.1)
+    assert bucket.reserve() == pytest.approx(0.2)
+    clock.now = 10
+    assert bucket.reserve() == 0, "the bucket refills (up to the burst) while idle"
+
+
+def test_a_disabled_token_bucket_never_waits() -> None:
+    bucket = TokenBucket(qps=0, burst=0)
+    assert all(bucket.reserve() == 0 for _ in range(1000))
+
+
+def test_merge_patch_sends_changes_and_nulls_for_removed_keys() -> None:
+    old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1, 2], "gone": True}
+    new = {"a": 1, "b": {"x": 1}, "c": [1, 2, 3], "added": "v"}
+    assert merge_patch(old, new) == {"gone": None, "b": {"y": None}, "c": [1, 2, 3], "added": "v"}
+    assert merge_patch(new, new) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", Decimal(2)),
+        ("500m", Decimal("0.5")),
+        ("1Gi", Decimal(2**30)),
+        ("1e3", Decimal(1000)),
+        ("1.5", Decimal("1.5")),
+        (3, Decimal(3)),
+        ("2k", Decimal(2000)),
+    ],
+)
+def test_quantities_parse_exactly(text: str | int, value: Decimal) -> None:
+    assert quantity.parse(text) == value
+
+
+def test_quantities_sum_and_round_up() -> None:
+    assert quantity.total(["500m", "500m", "1"]) == "2"
+    assert quantity.total(["250m", "1"]) == "1250m"
+    assert quantity.ceil("1500m") == 2
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        quantity.parse("lots")
