@@ -24,7 +24,7 @@ $(UV):
 $(VENV)/.installed: pyproject.toml | $(UV)
 	@echo ">> creating $(VENV) (kubetrain with the controller and dev extras)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
-	@$(UV) pip install -q -p $(PY) -e '.[controller,dev]'
+	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev]'
 	@touch $@
 
 .PHONY: venv

@@ -16,7 +16,7 @@ from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodPlugin, rep
 def build_pod(info: JobInfo, rtype: str, index: int, plugins: Sequence[PodPlugin]) -> Obj:
     """The pod of replica ``rtype``/``index``."""
     replica = info.replicas[rtype]
-    template = copy.deepcopy(replica.template)
+    template = info.pod_template(rtype)
     metadata = template.get("metadata") or {}
     labels = {**(metadata.get("labels") or {}), **replica_labels(info, rtype, index)}
     if info.framework.is_master_role(info, rtype, index):
@@ -57,7 +57,7 @@ def _pod_restart_policy(replica_policy: str) -> str:
 def build_service(info: JobInfo, rtype: str, index: int) -> Obj:
     """The headless service that gives replica ``rtype``/``index`` a stable DNS name."""
     labels = replica_labels(info, rtype, index)
-    container = info.default_container(info.replicas[rtype].template) or {}
+    container = info.default_container(info.pod_template(rtype)) or {}
     ports = [
         {"name": p["name"], "port": int(p["containerPort"])}
         for p in container.get("ports") or []

@@ -191,7 +191,13 @@ class V1JobReconciler:
             return Result()
         if not self.expectations.satisfied(key):
             return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
-        job = copy.deepcopy(cached)  # the cache's copy is shared; this pass works on its own
+        # The cache's objects are shared: this pass gets its own metadata, spec and status to change
+        # (templates stay shared and are copied only to build a pod).
+        job = {
+            **cached,
+            "metadata": copy.deepcopy(cached["metadata"]),
+            "spec": dict(cached.get("spec") or {}),
+        }
         info = job_info(job, self.framework)
         status: dict[str, Any] = copy.deepcopy(job.get("status") or {})
         now = self.clock()

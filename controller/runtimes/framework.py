@@ -25,7 +25,11 @@ EnvVar = dict[str, Any]
 
 @dataclass
 class Replica:
-    """One replica type of a job, with defaults applied."""
+    """One replica type of a job, with defaults applied.
+
+    ``template`` is the job's own pod template, shared with the cache: read it, never change it;
+    ``JobInfo.pod_template`` hands out a private, defaulted copy for building a pod.
+    """
 
     rtype: str
     replicas: int
@@ -91,8 +95,18 @@ class JobInfo:
                 return container
         return containers[0] if containers else None
 
+    def pod_template(self, rtype: str) -> Obj:
+        """A private copy of ``rtype``'s template with upstream's default: the framework's port on its container."""
+        template = copy.deepcopy(self.replicas[rtype].template)
+        container = self.default_container(template)
+        if container is not None:
+            ports = container.setdefault("ports", [])
+            if not any(p.get("name") == self.framework.port_name for p in ports):
+                ports.append({"name": self.framework.port_name, "containerPort": self.framework.default_port})
+        return template
+
     def port(self, rtype: str, name: str | None = None, default: int | None = None) -> int | None:
-        """A named port of ``rtype``'s default container (the framework's port name by default)."""
+        """A named port of ``rtype``'s default container (the framework's port, defaulted, when no name is given)."""
         replica = self.replicas.get(rtype)
         if replica is None:
             return default
@@ -101,6 +115,8 @@ class JobInfo:
         for port in (container or {}).get("ports") or []:
             if port.get("name") == wanted:
                 return int(port["containerPort"])
+        if wanted == self.framework.port_name and container is not None:
+            return self.framework.default_port
         return default
 
 
@@ -168,17 +184,6 @@ class PodPlugin(Protocol):
     def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None: ...
 
 
-def base_defaults(info: JobInfo) -> None:
-    """Defaults every v1 kind shares: the framework's port on its default container."""
-    for replica in info.replicas.values():
-        container = info.default_container(replica.template)
-        if container is None:
-            continue
-        ports = container.setdefault("ports", [])
-        if not any(p.get("name") == info.framework.port_name for p in ports):
-            ports.append({"name": info.framework.port_name, "containerPort": info.framework.default_port})
-
-
 def job_info(job: Obj, framework: Framework) -> JobInfo:
     """Read a job's replica specs into a ``JobInfo`` with upstream's defaults, in the framework's order."""
     raw: Obj = (job.get("spec") or {}).get(framework.replica_field) or {}
@@ -191,12 +196,11 @@ def job_info(job: Obj, framework: Framework) -> JobInfo:
             rtype=rtype,
             replicas=1 if count is None else int(count),
             restart_policy=spec.get("restartPolicy") or framework.default_restart_policy,
-            template=copy.deepcopy(spec.get("template") or {}),
+            template=spec.get("template") or {},
         )
     order = {t: i for i, t in enumerate(framework.replica_types)}
     ordered = dict(sorted(replicas.items(), key=lambda item: order.get(item[0], len(order))))
     info = JobInfo(job=job, framework=framework, replicas=ordered)
-    base_defaults(info)
     framework.apply_defaults(info)
     return info
 
