@@ -26,6 +26,7 @@ import copy
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,7 @@ from kubetrain.controller.runtimes.gpu import GpuPlugin, lopsided_gpu_warning
 log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"
+COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
 UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -136,6 +138,7 @@ class V1JobReconciler:
             plugins.append(GangPlugin(settings.gang))
         self.plugins: list[PodPlugin] = [*plugins, *settings.extra_plugins]
         self.name = framework.kind.lower()
+        self._last_write: dict[str, float] = {}
 
     # -- event handlers ------------------------------------------------------------------------------
     def owner_key(self, obj: Obj) -> str | None:
@@ -173,6 +176,7 @@ class V1JobReconciler:
             key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
             if new is None:
                 self.expectations.forget(key)
+                self._last_write.pop(key, None)
             enqueue(key)
 
         return handle
@@ -268,11 +272,13 @@ class V1JobReconciler:
         if self.settings.gang is not None and not await self._sync_pod_group(ctx):
             await self._write_status(ctx)
             return Result(requeue_after=5.0)
-        await self._write_status(ctx)
+        deferred = self._coalesce(ctx)
+        if deferred is None:
+            await self._write_status(ctx)
         await self._act(info, work)
         self._warn(info)
         await self._sync_hpa(info, suspended=False)
-        return self._deadline_result(ctx)
+        return Result.soonest(self._deadline_result(ctx), Result(deferred))
 
     # -- decisions -----------------------------------------------------------------------------------
     def _ensure_created(self, ctx: _Pass) -> None:
@@ -462,6 +468,17 @@ class V1JobReconciler:
             log.info("job %s/%s deleted: ttlSecondsAfterFinished passed", info.namespace, info.name)
 
     # -- writes --------------------------------------------------------------------------------------
+    def _coalesce(self, ctx: _Pass) -> float | None:
+        """Seconds to hold back a write that only updates replica counts, so a burst of pod events
+        becomes one status write; None to write now. Condition changes are never held back."""
+        changed = set(merge_patch(ctx.original, ctx.status))
+        if not changed or not changed <= {"replicaStatuses"}:
+            return None
+        since = time.monotonic() - self._last_write.get(
+            f"{ctx.info.namespace}/{ctx.info.name}", -COALESCE_SECONDS
+        )
+        return COALESCE_SECONDS - since if since < COALESCE_SECONDS else None
+
     async def _write_status(self, ctx: _Pass) -> None:
         """Merge-patch the status, guarded by the job's resourceVersion, when this pass changed it."""
         if ctx.status == ctx.original:
@@ -476,6 +493,7 @@ class V1JobReconciler:
             self.framework.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
         )
         self.jobs.observe_write(updated)
+        self._last_write[f"{meta['namespace']}/{meta['name']}"] = time.monotonic()
         log.info("job %s/%s status: %s", meta["namespace"], meta["name"], cond.state(status) or "-")
 
     async def _act(self, info: JobInfo, work: _Work) -> None:
@@ -494,6 +512,7 @@ class V1JobReconciler:
             )
 
     async def _create_all(self, info: JobInfo, resource: Resource, bodies: list[Obj], *, track: bool) -> None:
+        """Create children in parallel; one Event names every child created (and one each failure)."""
         if not bodies:
             return
         key = f"{info.namespace}/{info.name}"
@@ -502,15 +521,15 @@ class V1JobReconciler:
         limit = asyncio.Semaphore(self.settings.create_concurrency)
         kind = resource.kind
 
-        async def create(body: Obj) -> None:
-            name = body["metadata"]["name"]
+        async def create(body: Obj) -> str | None:
+            name: str = body["metadata"]["name"]
             async with limit:
                 try:
                     await self.kube.create(resource, body, info.namespace)
                 except errors.APIConflictError:
                     if track:
                         self.expectations.creation_observed(key)
-                    return
+                    return None
                 except errors.APIError as exc:
                     if track:
                         self.expectations.creation_observed(key)
@@ -518,37 +537,41 @@ class V1JobReconciler:
                         info.job, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {exc.message}"
                     )
                     raise
-            self.recorder.event(
-                info.job, NORMAL, f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
-            )
+            return name
 
         results = await asyncio.gather(*(create(b) for b in bodies), return_exceptions=True)
+        created = [r for r in results if isinstance(r, str)]
+        if created:
+            noun = kind.lower() + ("s" if len(created) > 1 else "")
+            self.recorder.event(
+                info.job, NORMAL, f"SuccessfulCreate{kind}", f"Created {noun}: {', '.join(created)}"
+            )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
 
     async def _delete_all(self, info: JobInfo, resource: Resource, objs: Iterable[Obj]) -> None:
+        """Delete children in parallel (each guarded by its uid); one Event names every child deleted."""
         key = f"{info.namespace}/{info.name}"
         targets = list(objs)
         if not targets:
             return
 
-        async def delete(obj: Obj) -> None:
+        async def delete(obj: Obj) -> str | None:
             meta = obj["metadata"]
             if resource is PODS:
                 self.expectations.expect_deletion(key, meta["uid"])
             gone = await self.kube.delete(resource, meta["name"], info.namespace, uid=meta["uid"])
             if not gone and resource is PODS:
                 self.expectations.deletion_observed(key, meta["uid"])
-            if gone:
-                self.recorder.event(
-                    info.job,
-                    NORMAL,
-                    f"SuccessfulDelete{resource.kind}",
-                    f"Deleted {resource.kind.lower()}: {meta['name']}",
-                )
+            return str(meta["name"]) if gone else None
 
-        await asyncio.gather(*(delete(o) for o in targets))
+        deleted = [name for name in await asyncio.gather(*(delete(o) for o in targets)) if name]
+        if deleted:
+            noun = resource.kind.lower() + ("s" if len(deleted) > 1 else "")
+            self.recorder.event(
+                info.job, NORMAL, f"SuccessfulDelete{resource.kind}", f"Deleted {noun}: {', '.join(deleted)}"
+            )
 
     async def _copy_report(self, info: JobInfo, obs: Observation) -> None:
         """Copy rank 0's training report into the job's annotations (and an Event) when it changes."""

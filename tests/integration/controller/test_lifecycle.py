@@ -16,7 +16,7 @@ async def test_a_running_job_is_created_then_running(controller: Any, jobs: Jobs
     job = await jobs.wait_condition("test-job", "Running")
     assert _types(job) == [("Created", "True", "PyTorchJobCreated"), ("Running", "True", "PyTorchJobRunning")]
     assert job["status"]["startTime"]
-    assert job["status"]["replicaStatuses"]["Worker"]["active"] == 1
+    job = await eventually(lambda: _workers_active(jobs, "test-job", 1), what="the worker counted active")
     assert job["status"]["replicaStatuses"]["Worker"]["selector"] == (
         "training.kubeflow.org/job-name=test-job,training.kubeflow.org/operator-name=pytorchjob-controller,"
         "training.kubeflow.org/replica-type=worker"
@@ -134,3 +134,9 @@ async def test_kubetrain_mode_ignores_jobs_without_our_managed_by(start_controll
     )
     await jobs.wait_condition("mine", "Running")
     assert "status" not in (await jobs.get("upstream") or {})
+
+
+async def _workers_active(jobs: Jobs, name: str, count: int) -> dict[str, Any] | None:
+    job = await jobs.get(name)
+    active = ((job or {}).get("status") or {}).get("replicaStatuses", {}).get("Worker", {}).get("active")
+    return job if active == count else None
