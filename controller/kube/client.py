@@ -195,6 +195,7 @@ class KubeClient:
         resource_version: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[Obj]:
         """Watch events as dicts (``type``, ``object``); ends when the server closes the stream.
@@ -208,6 +209,7 @@ class KubeClient:
             "allowWatchBookmarks": True,
             "timeoutSeconds": timeout_seconds,
             "labelSelector": label_selector,
+            "fieldSelector": field_selector,
         }
         response = await self._send(
             "GET", resource.path(namespace), query=query, resource=str(resource), timeout=None

@@ -66,6 +66,7 @@ class Informer:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         watch_timeout: int = 300,
         stall_timeout: float | None = None,
         indexes: dict[str, IndexFunc] | None = None,
@@ -74,6 +75,7 @@ class Informer:
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.stall_timeout = stall_timeout if stall_timeout is not None else 2.0 * watch_timeout
         self._store: dict[str, Obj] = {}
@@ -165,7 +167,10 @@ class Informer:
 
     async def _relist(self) -> None:
         items, version = await self.kube.list(
-            self.resource, namespace=self.namespace, label_selector=self.label_selector
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
         )
         fresh = {object_key(item): item for item in items}
         for key in list(self._store):
@@ -201,6 +206,7 @@ class Informer:
             resource_version=self._resource_version,
             namespace=self.namespace,
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             timeout_seconds=self.watch_timeout,
         ):
             self._last_activity = time.monotonic()

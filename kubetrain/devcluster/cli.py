@@ -58,6 +58,19 @@ def up_command(
     gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu advertised by each GPU node.")] = 8,
     cpu_nodes: Annotated[int, typer.Option(help="Simulated CPU-only nodes.")] = 1,
     port: Annotated[int | None, typer.Option(help="API server port (default: a free port).")] = None,
+    process_node: Annotated[
+        bool, typer.Option(help="Run the process node, where pods run as local processes.")
+    ] = True,
+    process_node_gpus: Annotated[
+        int, typer.Option(help="GPUs the process node advertises when the host has none.")
+    ] = 0,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Working directory of process-node containers that set none "
+            "(default: the current directory)."
+        ),
+    ] = None,
     no_build: Annotated[
         bool, typer.Option("--no-build", help="Fail instead of building missing binaries.")
     ] = False,
@@ -70,7 +83,13 @@ def up_command(
             build.build(console=console)
         state = cluster.up(
             ClusterOptions(
-                gpu_nodes=gpu_nodes, gpus_per_node=gpus_per_node, cpu_nodes=cpu_nodes, apiserver_port=port
+                gpu_nodes=gpu_nodes,
+                gpus_per_node=gpus_per_node,
+                cpu_nodes=cpu_nodes,
+                apiserver_port=port,
+                process_node=process_node,
+                process_node_gpus=process_node_gpus,
+                workdir=str((workdir or Path.cwd()).resolve()),
             ),
             console=console,
         )

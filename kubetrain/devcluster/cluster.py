@@ -17,6 +17,7 @@ import asyncio
 import json
 import shutil
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -30,8 +31,8 @@ from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
 
 # Controllers of kube-controller-manager the dev cluster runs: owner-reference
-# garbage collection, namespace deletion, default service accounts and the
-# finalizer that protects pod groups in use.
+# garbage collection, namespace deletion, default service accounts, the
+# finalizer that protects pod groups in use, and binding claims to volumes.
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -39,6 +40,7 @@ KCM_CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "podgroup-protection-controller",
+    "persistentvolume-binder-controller",
 )
 # The native gang-scheduling API of the chosen release (see build.py).
 FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
@@ -55,9 +57,12 @@ class ClusterOptions:
     gpus_per_node: int = 8
     cpu_nodes: int = 1
     apiserver_port: int | None = None
+    process_node: bool = True
+    process_node_gpus: int = 0
+    workdir: str = field(default_factory=lambda: str(Path.cwd()))
 
     def validate(self) -> None:
-        for name in ("gpu_nodes", "gpus_per_node", "cpu_nodes"):
+        for name in ("gpu_nodes", "gpus_per_node", "cpu_nodes", "process_node_gpus"):
             value = getattr(self, name)
             if value < 0:
                 flag = "--" + name.replace("_", "-")
@@ -92,7 +97,8 @@ class ComponentStatus:
     healthy: bool
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok", "process-node")
+PROCESS_NODE = "kubetrain-process-node"
 
 
 def _free_port() -> int:
@@ -155,8 +161,8 @@ class DevCluster:
         return state is not None and all(process.pid_alive(pid) for pid in state.pids.values())
 
     # -- components ------------------------------------------------------------
-    def _components(self, ports: dict[str, int]) -> list[Component]:
-        bins = {name: str(build.binary_path(name)) for name in (*COMPONENTS, "kubectl")}
+    def _components(self, ports: dict[str, int], options: ClusterOptions) -> list[Component]:
+        bins = {name: str(build.binary_path(name)) for name in build.BINARIES}
         admin_token = self.pki.token("admin")
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
@@ -288,7 +294,32 @@ class DevCluster:
                 HealthCheck(f"http://127.0.0.1:{ports['kwok']}/healthz"),
                 ports["kwok"],
             ),
+            *([self._process_node(ports, options)] if options.process_node else []),
         ]
+
+    def _process_node(self, ports: dict[str, int], options: ClusterOptions) -> Component:
+        cert, key = self.pki.root / "process-node.crt", self.pki.root / "process-node.key"
+        pki.sign_serving_cert(self.pki, name=PROCESS_NODE, cert_path=cert, key_path=key)
+        return Component(
+            "process-node",
+            [
+                sys.executable,
+                "-m",
+                "kubetrain.devcluster.processnode",
+                f"--name={PROCESS_NODE}",
+                f"--state-dir={self.state_dir / 'process-node'}",
+                f"--kubeconfig={self._component_kubeconfig('process-node')}",
+                f"--provisioner-kubeconfig={self._component_kubeconfig('provisioner')}",
+                f"--port={ports['process-node']}",
+                f"--cert={cert}",
+                f"--key={key}",
+                f"--ca={self.pki.ca_cert}",
+                f"--workdir={options.workdir}",
+                f"--gpus={options.process_node_gpus}",
+            ],
+            HealthCheck(f"https://127.0.0.1:{ports['process-node']}/healthz", ca_file=self.pki.ca_cert),
+            ports["process-node"],
+        )
 
     def _write_kubeconfigs(self, server: str) -> None:
         for identity in pki.IDENTITIES:
@@ -318,7 +349,7 @@ class DevCluster:
                 f"stale state dir {self.state_dir}: a cluster was started there but is no longer running; "
                 "run `kubetrain dev down` to clear it, then `kubetrain dev up`"
             )
-        for name in (*COMPONENTS, "kubectl"):
+        for name in build.BINARIES:
             build.binary_path(name)
         if options.apiserver_port is not None and _port_in_use(options.apiserver_port):
             raise DevClusterError(
@@ -331,7 +362,8 @@ class DevCluster:
                 "`kubetrain dev down`"
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *COMPONENTS[1:])}
+        wanted = [c for c in COMPONENTS[1:] if c != "process-node" or options.process_node]
+        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *wanted)}
         if options.apiserver_port is not None:
             ports["kube-apiserver"] = options.apiserver_port
         state = ClusterState(ports=ports, pids={}, options=asdict(options), started_at=time.time())
@@ -341,7 +373,7 @@ class DevCluster:
             self._write_kubeconfigs(state.server)
         self._save_state(state)
         try:
-            for component in self._components(ports):
+            for component in self._components(ports, options):
                 with console.status(f"starting {component.name} on 127.0.0.1:{component.port}"):
                     proc = process.start(component, self.log_path(component.name))
                     state.pids[component.name] = proc.pid
@@ -391,7 +423,7 @@ class DevCluster:
             return []
         token = self.pki.token("admin")
         result = []
-        for component in COMPONENTS:
+        for component in (c for c in COMPONENTS if c in state.ports):
             pid = state.pids.get(component)
             port = state.ports.get(component)
             running = pid is not None and process.pid_alive(pid)
@@ -407,6 +439,8 @@ def _health_for(component: str, port: int | None, token: str, ca: Path) -> Healt
         return HealthCheck(f"https://127.0.0.1:{port}/readyz", token=token, ca_file=ca)
     if component == "kwok":
         return HealthCheck(f"http://127.0.0.1:{port}/healthz")
+    if component == "process-node":
+        return HealthCheck(f"https://127.0.0.1:{port}/healthz", ca_file=ca)
     return HealthCheck(f"https://127.0.0.1:{port}/healthz", insecure=True)
 
 

@@ -39,6 +39,7 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("controller-manager", "system:kube-controller-manager"),
     Identity("kwok", "kubetrain:kwok", ("system:masters",)),
     Identity("process-node", "system:node:kubetrain-process-node", ("system:nodes",)),
+    Identity("provisioner", "kubetrain:local-provisioner", ("system:masters",)),
 )
 
 

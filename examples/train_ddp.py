@@ -1,0 +1,206 @@
+"""Distributed data-parallel training of a small classifier, with checkpoint-aware resume.
+
+Runs under a PyTorchJob (MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK from the
+controller), under torchrun (a TrainJob), or alone. Uses gloo on CPUs and NCCL
+when GPUs are visible. The data set is scikit-learn's handwritten digits, which
+ships inside the package: nothing is downloaded.
+
+Checkpoints go to ``$KUBETRAIN_CHECKPOINT_DIR`` every ``--checkpoint-every``
+steps (rank 0 writes); on start the script resumes from the newer of
+``$KUBETRAIN_RESUME_FROM`` and the latest checkpoint there, so a restarted or
+resubmitted job repeats at most one checkpoint interval. Rank 0 leaves a
+report (last checkpoint, step, final accuracy) as its termination message,
+which the controller copies into the job.
+
+    python examples/train_ddp.py --steps 200 --checkpoint-every 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+
+from kubetrain.checkpoint import CheckpointManager
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps in all")
+    parser.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
+    parser.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
+    parser.add_argument(
+        "--step-seconds", type=float, default=0.0, help="extra time per step (to watch it run)"
+    )
+    parser.add_argument(
+        "--fail-at-step", type=int, default=None, help="exit 1 at this step (fault injection)"
+    )
+    parser.add_argument(
+        "--fail-on-attempt",
+        type=int,
+        default=1,
+        help="inject --fail-at-step only on this attempt ($KUBETRAIN_ATTEMPT)",
+    )
+    return parser.parse_args()
+
+
+def log(rank: int, message: str, **fields: Any) -> None:
+    extra = " ".join(f"{k}={v}" for k, v in fields.items())
+    print(f"[rank {rank}] {message} {extra}".rstrip(), flush=True)
+
+
+def setup() -> tuple[int, int, torch.device]:
+    """Join the process group when there is one; pick the device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    use_cuda = torch.cuda.is_available() and bool(os.environ.get("CUDA_VISIBLE_DEVICES", "x"))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
+    if world > 1:
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
+        rank = dist.get_rank()
+    torch.set_num_threads(1)
+    return rank, world, device
+
+
+def data(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, digits.target, test_size=0.25, random_state=0, stratify=digits.target
+    )
+    shard = slice(rank, None, world)  # every rank trains on its own slice
+    return (
+        torch.from_numpy(x_train[shard]),
+        torch.from_numpy(y_train[shard]),
+        torch.from_numpy(x_test),
+        torch.from_numpy(y_test),
+    )
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)  # every rank starts from the same weights
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def resume_step(ckpt: CheckpointManager | None, world: int) -> int:
+    """The step rank 0 resumes from (0 for a fresh start), agreed by every rank."""
+    step = 0
+    if ckpt is not None:
+        point = ckpt.resume_point()
+        step = point.step if point is not None else 0
+    if world > 1:
+        tensor = torch.tensor([step])
+        dist.broadcast(tensor, src=0)
+        step = int(tensor.item())
+    return step
+
+
+def load(ckpt: CheckpointManager, step: int, net: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load the checkpoint of ``step`` (from the directory, or the one the controller pointed at)."""
+    checkpoint = next((c for c in [*ckpt.checkpoints(), ckpt.resume_point()] if c and c.step == step), None)
+    if checkpoint is None:
+        raise SystemExit(
+            f"checkpoint of step {step} is in neither {ckpt.directory} nor $KUBETRAIN_RESUME_FROM"
+        )
+    state = ckpt.load(checkpoint)
+    net.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    ckpt.resumed_from = checkpoint
+    ckpt.last_saved = checkpoint
+    ckpt.last_step = step
+
+
+def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
+    with torch.no_grad():
+        predictions = net(x.to(device)).argmax(dim=1).cpu()
+    return float((predictions == y).float().mean())
+
+
+def main() -> int:
+    args = parse_args()
+    rank, world, device = setup()
+    directory = os.environ.get("KUBETRAIN_CHECKPOINT_DIR")
+    ckpt = CheckpointManager(directory, keep=args.keep) if directory else None
+    if ckpt is not None:
+        ckpt.install_report_on_exit()
+    x_train, y_train, x_test, y_test = data(rank, world)
+    net = model().to(device)
+    if world > 1:
+        net = nn.parallel.DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    start = resume_step(ckpt, world)
+    if start and ckpt is not None:
+        load(ckpt, start, net.module if world > 1 else net, optimizer)
+        log(
+            rank,
+            "resumed from checkpoint",
+            step=start,
+            path=ckpt.resumed_from.path if ckpt.resumed_from else "-",
+        )
+    else:
+        log(rank, "starting from scratch", world_size=world, device=device)
+
+    attempt = int(os.environ.get("KUBETRAIN_ATTEMPT", "1") or 1)
+    metrics_file = Path(directory) / "metrics.jsonl" if directory and rank == 0 else None
+    if metrics_file is not None:
+        metrics_file.parent.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(1000 + rank)
+    loss_value = float("nan")
+    for step in range(start + 1, args.steps + 1):
+        if args.fail_at_step is not None and step == args.fail_at_step and attempt == args.fail_on_attempt:
+            log(rank, "injected failure", step=step, attempt=attempt)
+            if ckpt is not None:
+                ckpt.write_report(status="failed")
+            return 1
+        batch = torch.randint(0, len(x_train), (args.batch_size,), generator=generator)
+        optimizer.zero_grad()
+        loss = loss_fn(net(x_train[batch].to(device)), y_train[batch].to(device))
+        loss.backward()
+        optimizer.step()
+        loss_value = float(loss.detach())
+        if args.step_seconds:
+            time.sleep(args.step_seconds)
+        if step % 10 == 0 or step == args.steps:
+            log(rank, "training", step=step, loss=f"{loss_value:.4f}")
+            if metrics_file is not None:
+                with metrics_file.open("a") as handle:
+                    handle.write(json.dumps({"step": step, "loss": loss_value, "attempt": attempt}) + "\n")
+        if ckpt is not None and (step % args.checkpoint_every == 0 or step == args.steps):
+            inner = net.module if world > 1 else net
+            saved = ckpt.save(
+                {"model": inner.state_dict(), "optimizer": optimizer.state_dict()},
+                step,
+                metrics={"loss": round(loss_value, 5)},
+            )
+            if saved is not None:
+                log(rank, "checkpoint saved", step=step, path=saved.path)
+
+    accuracy = evaluate(net.module if world > 1 else net, x_test, y_test, device)
+    log(rank, "done", step=args.steps, accuracy=f"{accuracy:.4f}", loss=f"{loss_value:.4f}")
+    if ckpt is not None:
+        ckpt.write_report(metrics={"accuracy": round(accuracy, 4), "loss": round(loss_value, 5)})
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""``python -m kubetrain.devcluster.processnode``: run the process node (``kubetrain dev up`` starts it)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.devcluster.processnode.agent import Agent, Settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--name", default="kubetrain-process-node")
+    parser.add_argument("--state-dir", type=Path, required=True, help="where pods' files and volumes live")
+    parser.add_argument("--kubeconfig", required=True, help="the node's own identity (system:node:<name>)")
+    parser.add_argument("--provisioner-kubeconfig", required=True, help="identity of the volume provisioner")
+    parser.add_argument(
+        "--port", type=int, required=True, help="HTTPS port of the log endpoint, on 127.0.0.1"
+    )
+    parser.add_argument("--cert", type=Path, required=True)
+    parser.add_argument("--key", type=Path, required=True)
+    parser.add_argument("--ca", type=Path, required=True, help="CA whose client certificates may read logs")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path.cwd(), help="working directory of containers that set none"
+    )
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs to advertise when the host has none")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    asyncio.run(run(args))
+
+
+async def run(args: argparse.Namespace) -> None:
+    kube = await KubeClient.from_kubeconfig(args.kubeconfig)
+    admin = await KubeClient.from_kubeconfig(args.provisioner_kubeconfig)
+    server = kube.api.configuration.host
+    settings = Settings(
+        name=args.name,
+        state_dir=args.state_dir,
+        port=args.port,
+        cert=args.cert,
+        key=args.key,
+        ca=args.ca,
+        workdir=args.workdir,
+        api_server=server,
+        fake_gpus=args.gpus,
+    )
+    agent = Agent(settings, kube, admin)
+    task = asyncio.create_task(agent.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    if task in done and task.exception():
+        raise task.exception()  # type: ignore[misc]
+    await kube.close()
+    await admin.close()
+
+
+if __name__ == "__main__":
+    main()

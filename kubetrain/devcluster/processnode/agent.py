@@ -1,0 +1,353 @@
+"""The process node: a Node that runs the pods bound to it as local processes.
+
+What a training job sees is what a kubelet would give it: a Ready Node with
+capacity from this host (and GPUs, real or configured), pods that go through
+their phases with exit codes, restarts and termination messages, ``kubectl
+logs`` with follow, tail, previous and container selection, and peers reachable
+by their service names. It is a development tool: it listens on loopback only,
+talks only to its own cluster's API server, and its log endpoint accepts only
+clients with a certificate from that cluster's CA (the API server).
+
+Everything a pod needs lives under ``<state>/pods/<uid>``; persistent volumes
+under ``<state>/volumes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.resources import LEASES, PODS, SERVICES, Resource
+from kubetrain.devcluster.processnode import logserver, network, volumes
+from kubetrain.devcluster.processnode.pods import PodWorker
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NODE_LABEL = "kubetrain.dev/process-node"
+NODE_TAINT = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+HEARTBEAT_SECONDS = 10
+LEASE_SECONDS = 40
+
+
+@dataclass
+class Settings:
+    """How the process node was started (``python -m kubetrain.devcluster.processnode --help``)."""
+
+    name: str
+    state_dir: Path
+    port: int
+    cert: Path
+    key: Path
+    ca: Path
+    workdir: Path
+    api_server: str
+    fake_gpus: int = 0
+
+
+def detect_gpus() -> list[str]:
+    """Indices of the real NVIDIA GPUs on this host (none without ``nvidia-smi``)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+class GpuAllocator:
+    """Hands out GPU indices to pods (real devices become ``CUDA_VISIBLE_DEVICES``)."""
+
+    def __init__(self, devices: list[str]) -> None:
+        self.devices = devices
+        self._owner: dict[str, str] = {}
+
+    def allocate(self, uid: str, count: int) -> list[str]:
+        if not self.devices or count <= 0:
+            return []
+        free = [d for d in self.devices if d not in self._owner]
+        taken = free[:count]
+        for device in taken:
+            self._owner[device] = uid
+        return taken
+
+    def release(self, uid: str) -> None:
+        for device in [d for d, owner in self._owner.items() if owner == uid]:
+            del self._owner[device]
+
+
+def _memory_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 8 * 2**30
+
+
+class Agent:
+    def __init__(self, settings: Settings, kube: KubeClient, admin: KubeClient) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.admin = admin
+        self.addresses = network.AddressPool()
+        real = detect_gpus()
+        self.gpus = GpuAllocator(real)
+        self.gpu_count = len(real) or settings.fake_gpus
+        self.pods = Informer(kube, PODS, field_selector=f"spec.nodeName={settings.name}")
+        self.services = Informer(kube, SERVICES)
+        self.workers: dict[str, PodWorker] = {}
+        self.resolver = network.Resolver(
+            pods=lambda: (w.pod for w in self.workers.values()),
+            services=self.services.objects,
+            address_of=lambda pod: self.addresses.get(pod["metadata"]["uid"]),
+        )
+        self.pods.add_handler(self._on_pod)
+        self._runtime_bin = str(Path(sys.executable).parent)
+
+    # -- what pods get ---------------------------------------------------------------------------
+    def base_env(self, worker: PodWorker) -> dict[str, str]:
+        """The env every container starts from (its own env overrides it)."""
+        host, _, port = self.settings.api_server.removeprefix("https://").partition(":")
+        return {
+            "PATH": f"{self._runtime_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            "HOME": str(worker.dir),
+            "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            # Collective backends talk over loopback, where every pod of this node lives.
+            "GLOO_SOCKET_IFNAME": "lo",
+            "NCCL_SOCKET_IFNAME": "lo",
+        }
+
+    async def lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
+        resource = volumes.CONFIGMAPS if kind == "ConfigMap" else volumes.SECRETS
+        return await self.kube.get(resource, name, namespace)
+
+    # -- pods ------------------------------------------------------------------------------------
+    def _on_pod(self, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        uid = obj["metadata"]["uid"]
+        worker = self.workers.get(uid)
+        if new is None:
+            if worker is not None:
+                asyncio.get_running_loop().create_task(self._force_stop(uid))
+            return
+        if worker is None:
+            if new["metadata"].get("deletionTimestamp"):
+                asyncio.get_running_loop().create_task(self._remove_unknown(new))
+                return
+            if (new.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            worker = PodWorker(self, new)
+            self.workers[uid] = worker
+            worker.start()
+            log.info("running pod %s/%s (%s)", worker.namespace, worker.name, worker.address)
+            return
+        worker.update(new)
+        if new["metadata"].get("deletionTimestamp") and not worker.deleting.is_set():
+            grace = new["metadata"].get("deletionGracePeriodSeconds")
+            if grace is None:
+                grace = new["spec"].get("terminationGracePeriodSeconds", 30)
+            asyncio.get_running_loop().create_task(self._terminate(uid, float(grace)))
+
+    async def _terminate(self, uid: str, grace: float) -> None:
+        worker = self.workers.get(uid)
+        if worker is None:
+            return
+        log.info("stopping pod %s/%s (grace %.0fs)", worker.namespace, worker.name, grace)
+        await worker.terminate(grace)
+        self.workers.pop(uid, None)
+
+    async def _force_stop(self, uid: str) -> None:
+        worker = self.workers.pop(uid, None)
+        if worker is not None:
+            worker.deleting.set()
+            await asyncio.gather(*(c.runs[-1].stop(0) for c in [*worker.inits, *worker.mains] if c.runs))
+            worker.close()
+
+    async def _remove_unknown(self, pod: Obj) -> None:
+        """A pod bound here that is being deleted but never ran here: just remove it."""
+        meta = pod["metadata"]
+        with contextlib.suppress(errors.APIError):
+            await self.kube.delete(
+                PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
+            )
+
+    # -- the node --------------------------------------------------------------------------------
+    def node(self) -> Obj:
+        capacity = {
+            "cpu": str(os.cpu_count() or 1),
+            "memory": str(_memory_bytes()),
+            "pods": "110",
+            "ephemeral-storage": str(shutil.disk_usage(self.settings.state_dir).total),
+        }
+        labels = {
+            "kubernetes.io/hostname": self.settings.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            NODE_LABEL: "true",
+        }
+        if self.gpu_count:
+            capacity["nvidia.com/gpu"] = str(self.gpu_count)
+            labels["nvidia.com/gpu.present"] = "true"
+            labels["nvidia.com/gpu.count"] = str(self.gpu_count)
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.settings.name, "labels": labels},
+            "spec": {"taints": [NODE_TAINT]},
+            "status": self._node_status(capacity),
+        }
+
+    def _node_status(self, capacity: dict[str, str]) -> Obj:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def condition(kind: str, status: str, reason: str, message: str) -> Obj:
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+
+        return {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": self.settings.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}},
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "process node"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "process node"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "process node"),
+                condition("Ready", "True", "KubeletReady", "the process node runs pods as local processes"),
+            ],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "kubetrain process node",
+                "kernelVersion": os.uname().release,
+                "kubeletVersion": "v1.36.3",
+                "kubeProxyVersion": "",
+                "containerRuntimeVersion": "process://1",
+                "bootID": "",
+                "machineID": "",
+                "systemUUID": "",
+            },
+        }
+
+    async def register(self) -> None:
+        node = self.node()
+        try:
+            await self.kube.create(NODES, node)
+        except errors.APIConflictError:
+            await self.kube.patch(
+                NODES, self.settings.name, {"metadata": {"labels": node["metadata"]["labels"]}}
+            )
+        await self.kube.patch(NODES, self.settings.name, {"status": node["status"]}, subresource="status")
+
+    async def heartbeat(self) -> None:
+        """Renew the node's Lease every 10 s and its Ready condition every 40 s."""
+        beats = 0
+        while True:
+            try:
+                await self._renew_lease()
+                if beats % (LEASE_SECONDS // HEARTBEAT_SECONDS) == 0:
+                    node = self.node()
+                    await self.kube.patch(
+                        NODES, self.settings.name, {"status": node["status"]}, subresource="status"
+                    )
+            except errors.APIError as exc:
+                log.warning("heartbeat failed: %s", exc)
+            beats += 1
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    async def _renew_lease(self) -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.settings.name, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": self.settings.name,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": now,
+            },
+        }
+        try:
+            await self.kube.patch(
+                LEASES, self.settings.name, {"spec": body["spec"]}, namespace="kube-node-lease"
+            )
+        except errors.APINotFoundError:
+            await self.kube.create(LEASES, body, "kube-node-lease")
+
+    # -- running ---------------------------------------------------------------------------------
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        await self.register()
+        self.services.start()
+        await self.services.wait_synced()
+        provisioner = volumes.Provisioner(self.admin, self.settings.state_dir / "volumes")
+        server = await logserver.serve(self, self._server_context())
+        tasks = [asyncio.create_task(self.heartbeat()), asyncio.create_task(provisioner.run())]
+        self.pods.start()
+        await self.pods.wait_synced()
+        if ready is not None:
+            ready.set()
+        log.info(
+            "process node %s ready on 127.0.0.1:%d with %d GPUs",
+            self.settings.name,
+            self.settings.port,
+            self.gpu_count,
+        )
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self.shutdown()
+            await server.cleanup()
+
+    async def shutdown(self) -> None:
+        """Stop every pod's processes (the cluster is going away; pod objects are left as they are)."""
+        await asyncio.gather(
+            *(c.runs[-1].stop(2) for w in self.workers.values() for c in [*w.inits, *w.mains] if c.runs)
+        )
+        await self.pods.stop()
+        await self.services.stop()
+
+    def _server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.settings.ca))
+        context.load_cert_chain(str(self.settings.cert), str(self.settings.key))
+        context.verify_mode = (
+            ssl.CERT_OPTIONAL
+        )  # /healthz is open; the log endpoints demand a client certificate
+        return context
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

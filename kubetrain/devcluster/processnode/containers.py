@@ -1,0 +1,124 @@
+"""One container run as a host process: its env, its log, its end.
+
+The process runs in a session of its own, so stopping it reaches every
+process it started (torchrun's workers included): SIGTERM to the group, SIGKILL
+after the grace period, and finally any descendant that escaped the group.
+
+Output goes to one log file per run of the container, one line per line of
+output, each prefixed by its RFC 3339 time and stream, as the kubelet's CRI
+logs are; the log endpoint serves them with or without the timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Run:
+    """One run of a container: started, and (once it ends) its exit code."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    exit_code: int | None = None
+    signalled: bool = False
+    _pumps: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.touch()
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            env=self.env,
+            cwd=str(self.cwd),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.started_at = _now()
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self._pumps = [
+            asyncio.create_task(self._pump(self.process.stdout, "stdout")),
+            asyncio.create_task(self._pump(self.process.stderr, "stderr")),
+        ]
+
+    async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
+        with self.log_path.open("a", encoding="utf-8") as log:
+            while True:
+                try:
+                    line = await stream.readline()
+                except ValueError:  # a line longer than the stream limit: take what is there
+                    line = await stream.read(65536)
+                if not line:
+                    return
+                text = line.decode(errors="replace").rstrip("\n")
+                log.write(f"{_now()} {name} {text}\n")
+                log.flush()
+
+    async def wait(self) -> int:
+        assert self.process is not None
+        code = await self.process.wait()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        self.finished_at = _now()
+        self.exit_code = 128 - code if code < 0 else code  # a signal, as the kubelet reports it
+        return self.exit_code
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM the process group; SIGKILL it and every straggler after ``grace`` seconds."""
+        if self.process is None or self.process.returncode is not None:
+            return
+        self.signalled = True
+        pid = self.process.pid
+        descendants = _descendants(pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), max(grace, 0.1))
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        for child in descendants:  # anything that left the process group
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def read_log(path: Path, *, timestamps: bool = False, tail: int | None = None) -> list[str]:
+    """Lines of a container log, as ``kubectl logs`` shows them."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    if tail is not None:
+        lines = lines[-tail:] if tail > 0 else []
+    return [format_line(line, timestamps=timestamps) for line in lines]
+
+
+def format_line(line: str, *, timestamps: bool) -> str:
+    stamp, _, rest = line.partition(" ")
+    _, _, text = rest.partition(" ")
+    return f"{stamp} {text}" if timestamps else text
