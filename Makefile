@@ -22,9 +22,9 @@ $(UV):
 	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
 
 $(VENV)/.installed: pyproject.toml | $(UV)
-	@echo ">> creating $(VENV) (kubetrain with the controller and dev extras)"
+	@echo ">> creating $(VENV) (kubetrain with the controller, dev and train extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev]'
+	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train]'
 	@touch $@
 
 .PHONY: venv

@@ -398,6 +398,8 @@ class V1JobReconciler:
         await self._cleanup(ctx, finished=True)
 
     async def _finished(self, ctx: _Pass) -> Result:
+        # Rank 0's final report can land after the job finished (another replica failed first).
+        await self._copy_report(ctx.info, observe(ctx.info, ctx.pods))
         await self._cleanup(ctx, finished=True)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:

@@ -37,7 +37,7 @@ def main() -> None:
 async def run(args: argparse.Namespace) -> None:
     kube = await KubeClient.from_kubeconfig(args.kubeconfig)
     admin = await KubeClient.from_kubeconfig(args.provisioner_kubeconfig)
-    server = kube.api.configuration.host
+    server = kube.api.configuration.host or ""
     settings = Settings(
         name=args.name,
         state_dir=args.state_dir,

@@ -101,8 +101,8 @@ async def container_env(pod: Obj, container: Obj, lookup: Lookup) -> dict[str, s
                 if ref.get("optional"):
                     continue
                 raise EnvError(f"{kind} {namespace}/{ref['name']} does not exist")
-            for name, value in (obj.get("data") or {}).items():
-                env[prefix + name] = base64.b64decode(value).decode() if kind == "Secret" else str(value)
+            for name, raw in (obj.get("data") or {}).items():
+                env[prefix + name] = base64.b64decode(raw).decode() if kind == "Secret" else str(raw)
     for item in container.get("env") or []:
         name = item["name"]
         if "valueFrom" not in item:

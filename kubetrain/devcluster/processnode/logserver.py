@@ -12,111 +12,112 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kubetrain.devcluster.processnode.containers import format_line, read_log
+from kubetrain.devcluster.processnode.containers import Run, format_line, read_log
 
 if TYPE_CHECKING:
     from kubetrain.devcluster.processnode.agent import Agent
-    from kubetrain.devcluster.processnode.pods import ContainerState, PodWorker
 
 
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.lower() in ("1", "true", "yes", "")
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").lower() in ("1", "true", "yes", "")
 
 
-def _find(agent: Agent, namespace: str, name: str) -> PodWorker | None:
-    return next((w for w in agent.workers.values() if w.namespace == namespace and w.name == name), None)
+@dataclass(frozen=True)
+class LogQuery:
+    """What ``kubectl logs`` asked for."""
+
+    follow: bool
+    previous: bool
+    timestamps: bool
+    tail: int | None
+    since: float | None
+    limit: int | None
+
+    @classmethod
+    def parse(cls, request: web.Request) -> LogQuery:
+        query = request.query
+
+        def number(name: str) -> int | None:
+            return int(query[name]) if name in query else None
+
+        return cls(
+            follow=_flag(request, "follow") if "follow" in query else False,
+            previous=_flag(request, "previous") if "previous" in query else False,
+            timestamps=_flag(request, "timestamps") if "timestamps" in query else False,
+            tail=number("tailLines"),
+            since=float(query["sinceSeconds"]) if "sinceSeconds" in query else None,
+            limit=number("limitBytes"),
+        )
+
+
+def _select_run(request: web.Request, query: LogQuery) -> Run:
+    agent: Agent = request.app["agent"]
+    namespace, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+    worker = next((w for w in agent.workers.values() if w.namespace == namespace and w.name == name), None)
+    if worker is None:
+        raise web.HTTPNotFound(text=f"pod {namespace}/{name} is not running on this node")
+    state = worker.container(container)
+    if state is None:
+        raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
+    runs = state.runs[:-1] if query.previous else state.runs
+    if not runs:
+        what = "previous terminated" if query.previous else "started"
+        raise web.HTTPBadRequest(text=f"container {container!r} in pod {name!r} has no {what} instance")
+    return runs[-1]
 
 
 async def container_logs(request: web.Request) -> web.StreamResponse:
-    agent: Agent = request.app["agent"]
-    if not request.transport or not request.transport.get_extra_info("peercert"):
+    if request.transport is None or not request.transport.get_extra_info("peercert"):
         raise web.HTTPUnauthorized(text="a client certificate from the cluster CA is required")
-    namespace, pod_name, container_name = (request.match_info[k] for k in ("namespace", "pod", "container"))
-    worker = _find(agent, namespace, pod_name)
-    if worker is None:
-        raise web.HTTPNotFound(text=f"pod {namespace}/{pod_name} is not running on this node")
-    state = worker.container(container_name)
-    if state is None:
-        raise web.HTTPNotFound(text=f"container {container_name!r} is not in pod {pod_name}")
-    query = request.query
-    previous = _truthy(query.get("previous")) if "previous" in query else False
-    runs = state.runs[:-1] if previous else state.runs
-    if not runs:
-        what = "a previous terminated" if previous else "a started"
-        raise web.HTTPBadRequest(
-            text=f"container {container_name!r} in pod {pod_name!r} has no {what} instance"
-        )
-    run = runs[-1]
-    timestamps = _truthy(query.get("timestamps")) if "timestamps" in query else False
-    tail = int(query["tailLines"]) if "tailLines" in query else None
-    since = float(query["sinceSeconds"]) if "sinceSeconds" in query else None
-    limit = int(query["limitBytes"]) if "limitBytes" in query else None
+    query = LogQuery.parse(request)
+    run = _select_run(request, query)
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await response.prepare(request)
     sent = 0
 
     async def send(line: str) -> bool:
+        """Write one line; False once limitBytes is reached."""
         nonlocal sent
         data = (line + "\n").encode()
-        if limit is not None and sent + len(data) > limit:
-            data = data[: max(0, limit - sent)]
-        if data:
-            await response.write(data)
-            sent += len(data)
-        return limit is None or sent < limit
+        if query.limit is not None:
+            data = data[: max(0, query.limit - sent)]
+        await response.write(data)
+        sent += len(data)
+        return query.limit is None or sent < query.limit
 
-    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=since) if since else None
-    raw = read_log(run.log_path, timestamps=True, tail=tail)
-    for stamped in raw:
-        if (
-            cutoff is not None
-            and dt.datetime.fromisoformat(stamped.split(" ", 1)[0].replace("Z", "+00:00")) < cutoff
-        ):
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=query.since) if query.since else None
+    for stamped in read_log(run.log_path, timestamps=True, tail=query.tail):
+        stamp, _, text = stamped.partition(" ")
+        if cutoff is not None and dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) < cutoff:
             continue
-        if not await send(stamped if timestamps else stamped.split(" ", 1)[1] if " " in stamped else ""):
+        if not await send(stamped if query.timestamps else text):
             return response
-    if _truthy(query.get("follow")) if "follow" in query else False:
-        await _follow(
-            run.log_path,
-            len(run.log_path.read_bytes()) if run.log_path.exists() else 0,
-            state,
-            run_index=len(state.runs) - 1 if not previous else len(runs) - 1,
-            timestamps=timestamps,
-            send=send,
-        )
+    if query.follow:
+        await _follow(run, send, timestamps=query.timestamps)
     await response.write_eof()
     return response
 
 
-async def _follow(
-    path,
-    offset: int,
-    state: ContainerState,
-    *,
-    run_index: int,
-    timestamps: bool,  # type: ignore[no-untyped-def]
-    send,
-) -> None:
-    """Send lines as they are written, until that run of the container has ended and the log is drained."""
-    buffer = b""
+async def _follow(run: Run, send: Callable[[str], Awaitable[bool]], *, timestamps: bool) -> None:
+    """Send lines as they are written, until the run has ended and its log is drained."""
+    offset = run.log_path.stat().st_size if run.log_path.exists() else 0
+    pending = b""
     while True:
-        try:
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-        except OSError:
-            chunk = b""
+        with run.log_path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
         offset += len(chunk)
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
             if not await send(format_line(line.decode(errors="replace"), timestamps=timestamps)):
                 return
-        run = state.runs[run_index]
         if not chunk and run.exit_code is not None:
             return
         await asyncio.sleep(0.2)

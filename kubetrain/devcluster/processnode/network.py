@@ -74,7 +74,12 @@ class Resolver:
     def resolve(self, name: str, namespace: str) -> str | None:
         """The address behind a DNS name as seen from a pod in ``namespace``, or None."""
         parts = name.split(".")
-        suffixes = ([], [namespace], [namespace, "svc"], [namespace, "svc", *CLUSTER_DOMAIN.split(".")])
+        suffixes: tuple[list[str], ...] = (
+            [],
+            [namespace],
+            [namespace, "svc"],
+            [namespace, "svc", *CLUSTER_DOMAIN.split(".")],
+        )
         for tail in suffixes:
             if tail and (len(parts) <= len(tail) or parts[-len(tail) :] != tail):
                 continue

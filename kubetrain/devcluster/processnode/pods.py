@@ -309,6 +309,9 @@ class PodWorker:
             {
                 "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
                 "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(termination_log),
+                "KUBETRAIN_POD_NAME": self.name,
+                "KUBETRAIN_POD_NAMESPACE": self.namespace,
+                "KUBETRAIN_POD_UID": self.uid,
             }
         )
         if self.gpus:

@@ -148,7 +148,7 @@ class Provisioner:
             path = self.root / meta["namespace"] / meta["name"]
             path.mkdir(parents=True, exist_ok=True)
             capacity = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
-            pv = {
+            pv: Obj = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
                 "metadata": {

@@ -1,0 +1,255 @@
+"""The process node behaves like a kubelet, as far as a training job can tell."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import psutil
+from kubernetes_asyncio import client
+
+from kubetrain.devcluster.cluster import PROCESS_NODE, DevCluster
+from tests.conftest import Kubectl
+from tests.support import eventually
+
+ON_PROCESS_NODE = {
+    "nodeSelector": {"kubetrain.dev/process-node": "true"},
+    "tolerations": [{"key": "kubetrain.dev/process-node", "operator": "Exists"}],
+}
+
+
+def pod(
+    name: str,
+    script: str,
+    *,
+    restart: str = "Never",
+    extra: dict[str, Any] | None = None,
+    container: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    main = {"name": "main", "image": "python", "command": ["python", "-u", "-c", script], **(container or {})}
+    return {
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {**ON_PROCESS_NODE, "restartPolicy": restart, "containers": [main], **(extra or {})},
+    }
+
+
+async def wait_phase(
+    core: client.CoreV1Api, namespace: str, name: str, *phases: str, timeout: float = 60
+) -> client.V1Pod:
+    async def probe() -> client.V1Pod | None:
+        current = await core.read_namespaced_pod(name, namespace)
+        return current if current.status.phase in phases else None
+
+    return await eventually(probe, timeout=timeout, what=f"pod {name} to be {'/'.join(phases)}")
+
+
+async def test_the_node_is_ready_with_host_capacity_and_a_lease(
+    core: client.CoreV1Api, api_client: client.ApiClient
+) -> None:
+    node = await core.read_node(PROCESS_NODE)
+    assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    assert node.status.capacity["cpu"] == str(psutil.cpu_count())
+    assert ("InternalIP", "127.0.0.1") in [(a.type, a.address) for a in node.status.addresses]
+    assert node.metadata.labels["kubetrain.dev/process-node"] == "true"
+    lease = await client.CoordinationV1Api(api_client).read_namespaced_lease(PROCESS_NODE, "kube-node-lease")
+    assert lease.spec.holder_identity == PROCESS_NODE and lease.spec.renew_time is not None
+
+
+async def test_env_comes_from_fields_config_maps_and_secrets(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    await core.create_namespaced_config_map(namespace, {"metadata": {"name": "cfg"}, "data": {"lr": "0.1"}})
+    await core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}}
+    )
+    env = [
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "LR", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "lr"}}},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "token"}}},
+        {"name": "COMBINED", "value": "$(POD)-$(LR)"},
+    ]
+    script = "import os, json; print(json.dumps({k: os.environ[k] for k in ['POD','NS','APP','IP','LR','TOKEN','COMBINED']}))"
+    await core.create_namespaced_pod(namespace, pod("envy", script, container={"env": env}))
+    done = await wait_phase(core, namespace, "envy", "Succeeded")
+    seen = json.loads(kubectl("logs", "envy", "-n", namespace).stdout)
+    assert seen == {
+        "POD": "envy",
+        "NS": namespace,
+        "APP": "envy",
+        "IP": done.status.pod_ip,
+        "LR": "0.1",
+        "TOKEN": "s3cret",
+        "COMBINED": "envy-0.1",
+    }
+    assert done.status.pod_ip.startswith("127.")
+
+
+async def test_service_names_in_env_resolve_to_the_pod_behind_them(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    server = "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', 8765), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    await core.create_namespaced_pod(namespace, pod("server", server))
+    await core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {"clusterIP": "None", "selector": {"app": "server"}, "ports": [{"port": 8765}]},
+        },
+    )
+    forms = ["web", f"web.{namespace}", f"web.{namespace}.svc", f"web.{namespace}.svc.cluster.local"]
+    env = [{"name": f"ADDR{i}", "value": f"{name}:8765"} for i, name in enumerate(forms)]
+    client_script = (
+        "import os, urllib.request\n"
+        "for i in range(4):\n"
+        "    addr = os.environ[f'ADDR{i}']\n"
+        "    urllib.request.urlopen(f'http://{addr}/', timeout=10).read()\n"
+        "    print('reached', addr)\n"
+    )
+    await core.create_namespaced_pod(namespace, pod("caller", client_script, container={"env": env}))
+    done = await wait_phase(core, namespace, "caller", "Succeeded", "Failed")
+    out = kubectl("logs", "caller", "-n", namespace).stdout
+    server_ip = (await core.read_namespaced_pod("server", namespace)).status.pod_ip
+    assert done.status.phase == "Succeeded", out
+    assert out.count(f"reached {server_ip}:8765") == 4
+
+
+async def test_restart_policy_on_failure_restarts_in_place(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    script = "import os, sys, pathlib; p = pathlib.Path(os.environ['HOME'], 'runs'); n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); print('run', n); sys.exit(0 if n >= 2 else 4)"
+    await core.create_namespaced_pod(namespace, pod("flaky", script, restart="OnFailure"))
+    done = await wait_phase(core, namespace, "flaky", "Succeeded", timeout=90)
+    status = done.status.container_statuses[0]
+    assert status.restart_count == 2
+    assert status.last_state.terminated.exit_code == 4
+    assert kubectl("logs", "flaky", "-n", namespace).stdout.strip() == "run 2"
+    assert kubectl("logs", "flaky", "-n", namespace, "--previous").stdout.strip() == "run 1"
+
+
+async def test_a_failing_container_under_never_fails_the_pod_with_its_message(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    script = "import os, sys; open(os.environ['KUBETRAIN_TERMINATION_MESSAGE_PATH'], 'w').write('out of cheese'); sys.exit(7)"
+    await core.create_namespaced_pod(namespace, pod("fails", script))
+    done = await wait_phase(core, namespace, "fails", "Failed")
+    terminated = done.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.message, terminated.reason) == (7, "out of cheese", "Error")
+
+
+async def test_init_containers_run_first_and_logs_select_containers(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    extra = {
+        "volumes": [{"name": "shared", "emptyDir": {}}],
+        "initContainers": [
+            {
+                "name": "prepare",
+                "image": "sh",
+                "command": ["sh", "-c", "echo prepared; echo ready > /data/flag"],
+                "volumeMounts": [{"name": "shared", "mountPath": "/data"}],
+            }
+        ],
+    }
+    script = "print(open('/data/flag').read().strip())"
+    container = {"volumeMounts": [{"name": "shared", "mountPath": "/data"}]}
+    await core.create_namespaced_pod(namespace, pod("ordered", script, extra=extra, container=container))
+    await wait_phase(core, namespace, "ordered", "Succeeded")
+    assert kubectl("logs", "ordered", "-n", namespace, "-c", "prepare").stdout.strip() == "prepared"
+    assert kubectl("logs", "ordered", "-n", namespace, "-c", "main").stdout.strip() == "ready"
+
+
+async def test_logs_follow_and_tail(core: client.CoreV1Api, namespace: str, kubectl: Kubectl) -> None:
+    script = "import time\nfor i in range(8):\n    print('line', i)\n    time.sleep(0.3)"
+    await core.create_namespaced_pod(namespace, pod("chatty", script))
+    await wait_phase(core, namespace, "chatty", "Running")
+    followed = await asyncio.to_thread(kubectl, "logs", "-f", "chatty", "-n", namespace)
+    assert followed.stdout.split("\n")[:8] == [f"line {i}" for i in range(8)]
+    await wait_phase(core, namespace, "chatty", "Succeeded")
+    assert kubectl("logs", "chatty", "-n", namespace, "--tail=2").stdout.split() == ["line", "6", "line", "7"]
+    stamped = kubectl("logs", "chatty", "-n", namespace, "--timestamps", "--tail=1").stdout
+    assert stamped.split(" ", 1)[1].strip() == "line 7" and stamped.startswith("20")
+    api_log = await core.read_namespaced_pod_log("chatty", namespace, tail_lines=1)
+    assert api_log.strip() == "line 7"
+
+
+async def test_deleting_a_pod_sigterms_then_sigkills_after_the_grace_period(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('ignoring SIGTERM', flush=True))\nprint('up', flush=True)\ntime.sleep(600)"
+    await core.create_namespaced_pod(
+        namespace, pod("stubborn", stubborn, extra={"terminationGracePeriodSeconds": 2})
+    )
+    await wait_phase(core, namespace, "stubborn", "Running")
+    await eventually(lambda: _running_in(namespace, 1), what="the process to start")
+    started = time.monotonic()
+    await core.delete_namespaced_pod("stubborn", namespace)
+    await eventually(lambda: _running_in(namespace, 0), timeout=15, what="the process to be killed")
+    assert time.monotonic() - started >= 1.5, "the grace period was not honoured"
+    await eventually(lambda: _gone(core, namespace, "stubborn"), what="the pod object to be removed")
+
+
+async def _running_in(namespace: str, count: int) -> bool:
+    found = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("KUBETRAIN_POD_NAMESPACE") == namespace:
+                found += 1
+        except psutil.Error:
+            continue
+    return found == count
+
+
+async def _gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        await core.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+async def test_a_persistent_volume_claim_outlives_its_pods(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    await core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "keep"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    volume = {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "keep"}}]}
+    mount = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    await core.create_namespaced_pod(
+        namespace, pod("writer", "open('/data/note', 'w').write('kept')", extra=volume, container=mount)
+    )
+    await wait_phase(core, namespace, "writer", "Succeeded")
+    await core.create_namespaced_pod(
+        namespace, pod("reader", "print(open('/data/note').read())", extra=volume, container=mount)
+    )
+    await wait_phase(core, namespace, "reader", "Succeeded")
+    assert kubectl("logs", "reader", "-n", namespace).stdout.strip() == "kept"
+
+
+def test_the_log_endpoint_demands_the_cluster_client_certificate(dev_cluster: DevCluster) -> None:
+    state = dev_cluster.load_state()
+    assert state is not None
+    url = f"https://127.0.0.1:{state.ports['process-node']}/containerLogs/default/x/y"
+    context = ssl.create_default_context(cafile=str(dev_cluster.pki.ca_cert))
+    try:
+        urllib.request.urlopen(url, context=context, timeout=10)
+        raise AssertionError("an anonymous client read logs")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401
+    port = state.ports["process-node"]
+    addresses = {
+        c.laddr.ip for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port
+    }
+    assert addresses == {"127.0.0.1"}, f"the process node listens on {addresses}"

@@ -1,0 +1,291 @@
+"""Real distributed training on the process node, and checkpoint-aware resume under faults."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from kubernetes_asyncio import client
+
+from tests.conftest import REPO, Kubectl
+from tests.support import Jobs, eventually
+
+STEPS_LINE = re.compile(r"\[rank (\d+)\] training step=(\d+)")
+RESUMED_LINE = re.compile(r"\[rank (\d+)\] resumed from checkpoint step=(\d+)")
+PROCESS_NODE = {
+    "nodeSelector": {"kubetrain.dev/process-node": "true"},
+    "tolerations": [{"key": "kubetrain.dev/process-node", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def digits_job(
+    name: str,
+    *,
+    steps: int = 120,
+    every: int = 20,
+    step_seconds: float = 0.0,
+    workers: int = 2,
+    restart_policy: str = "OnFailure",
+    run_policy: dict[str, Any] | None = None,
+    claim: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A PyTorchJob that trains examples/train_ddp.py on the process node."""
+    command = [
+        "python",
+        "examples/train_ddp.py",
+        f"--steps={steps}",
+        f"--checkpoint-every={every}",
+        f"--step-seconds={step_seconds}",
+        *extra_args,
+    ]
+
+    def replica(count: int) -> dict[str, Any]:
+        container = {
+            "name": "pytorch",
+            "image": "kubetrain/kubetrain:0.1.0",
+            "command": command,
+            "workingDir": str(REPO),
+        }
+        return {
+            "replicas": count,
+            "restartPolicy": restart_policy,
+            "template": {
+                "spec": {**PROCESS_NODE, "containers": [container], "terminationGracePeriodSeconds": 5}
+            },
+        }
+
+    meta_annotations = dict(annotations or {})
+    if claim:
+        meta_annotations.update(
+            {"kubetrain.dev/checkpoint-dir": "/checkpoints", "kubetrain.dev/checkpoint-volume": claim}
+        )
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "annotations": meta_annotations},
+        "spec": {
+            "runPolicy": run_policy or {},
+            "pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)},
+        },
+    }
+
+
+async def make_claim(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    await core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+
+
+async def claim_dir(core: client.CoreV1Api, namespace: str, name: str) -> Path:
+    """Where the claim lives on this host (the hostPath of its PersistentVolume)."""
+
+    async def bound() -> str | None:
+        claim = await core.read_namespaced_persistent_volume_claim(name, namespace)
+        return claim.spec.volume_name if claim.status.phase == "Bound" else None
+
+    volume = await eventually(bound, what=f"claim {name} to be bound")
+    pv = await core.read_persistent_volume(volume)
+    return Path(pv.spec.host_path.path)
+
+
+async def logs(core: client.CoreV1Api, namespace: str, pod: str, *, previous: bool = False) -> str:
+    text: str = await core.read_namespaced_pod_log(pod, namespace, previous=previous)
+    return text
+
+
+async def test_a_master_and_two_workers_train_to_success(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    await make_claim(core, namespace, "ckpt")
+    await jobs.create(digits_job("digits", steps=100, claim="ckpt"))
+    job = await jobs.wait_condition("digits", "Succeeded", timeout=180)
+    report = json.loads(job["metadata"]["annotations"]["kubetrain.dev/training-report"])
+    assert report["status"] == "completed" and report["step"] == 100
+    assert report["metrics"]["accuracy"] > 0.8
+    assert job["metadata"]["annotations"]["kubetrain.dev/last-checkpoint"] == "/checkpoints/step-00000100"
+    for rank, pod in enumerate(["digits-master-0", "digits-worker-0", "digits-worker-1"]):
+        out = kubectl("logs", pod, "-n", namespace).stdout
+        assert f"[rank {rank}] training step=100" in out, out[-500:]
+    tail = kubectl("logs", "digits-master-0", "-n", namespace, "--tail=1").stdout.strip().splitlines()
+    assert len(tail) == 1 and "done" in tail[0]
+    event = await jobs.wait_event("digits", "TrainingReport")
+    assert "accuracy=" in event[2]
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    assert (host_dir / "step-00000100" / "COMPLETE").exists()
+
+
+async def test_a_killed_worker_restarts_and_every_rank_resumes(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    every = 20
+    await make_claim(core, namespace, "ckpt")
+    await jobs.create(
+        digits_job(
+            "resilient",
+            steps=200,
+            every=every,
+            step_seconds=0.05,
+            claim="ckpt",
+            run_policy={"backoffLimit": 10},
+        )
+    )
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    await eventually(lambda: _has_checkpoint(host_dir, 60), timeout=120, what="a checkpoint at step >= 60")
+    worker = await eventually(lambda: _process_of(namespace, "resilient-worker-0"), what="worker-0's process")
+    reached = _latest_step(host_dir)
+    worker.send_signal(signal.SIGKILL)
+
+    job = await jobs.wait_condition("resilient", "Succeeded", timeout=240)
+    assert job["status"]["restartCount"] >= 1
+    assert any(reason == "PyTorchJobRestarting" for _, reason, _ in await jobs.events("resilient"))
+    for pod in ["resilient-master-0", "resilient-worker-0", "resilient-worker-1"]:
+        resumed = [int(m[2]) for m in RESUMED_LINE.finditer(await logs(core, namespace, pod))]
+        assert resumed, f"{pod} did not resume from a checkpoint"
+        assert resumed[0] >= reached - every, f"{pod} repeated more than one checkpoint interval"
+        assert resumed[0] > 0
+
+
+async def _has_checkpoint(directory: Path, step: int) -> bool:
+    return _latest_step(directory) >= step
+
+
+def _latest_step(directory: Path) -> int:
+    steps = [int(p.name.split("-")[1]) for p in directory.glob("step-*") if (p / "COMPLETE").exists()]
+    return max(steps, default=0)
+
+
+async def _process_of(namespace: str, pod: str) -> psutil.Process | None:
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "examples/train_ddp.py" not in " ".join(proc.info["cmdline"] or []):
+                continue
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("KUBETRAIN_POD_NAME") == pod and env.get("KUBETRAIN_POD_NAMESPACE") == namespace:
+            return proc
+    return None
+
+
+async def test_deleting_a_job_mid_run_leaves_nothing_running(
+    controller: Any, jobs: Jobs, namespace: str
+) -> None:
+    await jobs.create(digits_job("doomed", steps=100_000, step_seconds=0.05))
+    await jobs.wait_condition("doomed", "Running", timeout=120)
+    await eventually(lambda: _count(namespace, 3), timeout=60, what="three training processes")
+    await jobs.delete("doomed")
+    # terminationGracePeriodSeconds is 5: everything must be gone well within that plus garbage collection.
+    await eventually(lambda: _count(namespace, 0), timeout=30, what="every training process to be gone")
+    await eventually(lambda: _nothing_left(jobs), timeout=30, what="pods and services to be gone")
+
+
+async def _count(namespace: str, wanted: int) -> bool:
+    procs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "examples/train_ddp.py" in " ".join(p.info["cmdline"] or [])
+    ]
+    mine = 0
+    for proc in procs:
+        try:
+            if proc.environ().get("KUBETRAIN_POD_NAMESPACE") == namespace:
+                mine += 1
+        except psutil.Error:
+            continue
+    return mine == wanted
+
+
+async def _nothing_left(jobs: Jobs) -> bool:
+    return not await jobs.pods() and not await jobs.services()
+
+
+async def test_a_deadline_ends_a_long_job_and_keeps_its_checkpoints(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await make_claim(core, namespace, "ckpt")
+    await jobs.create(
+        digits_job(
+            "endless",
+            steps=100_000,
+            every=10,
+            step_seconds=0.05,
+            claim="ckpt",
+            run_policy={"activeDeadlineSeconds": 25, "cleanPodPolicy": "Running"},
+        )
+    )
+    job = await jobs.wait_condition("endless", "Failed", timeout=120)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    await eventually(lambda: _count(namespace, 0), timeout=30, what="the training processes to be stopped")
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    assert _latest_step(host_dir) >= 10, "the checkpoints survive the job"
+
+
+async def test_a_resubmitted_job_resumes_from_the_same_checkpoint_dir(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await make_claim(core, namespace, "ckpt")
+    first = digits_job(
+        "attempt-1",
+        steps=100,
+        every=20,
+        claim="ckpt",
+        restart_policy="Never",
+        extra_args=("--fail-at-step=70",),
+    )
+    await jobs.create(first)
+    failed = await jobs.wait_condition("attempt-1", "Failed", timeout=180)
+    assert (
+        "exited with code 1"
+        in next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
+    )
+    reported = await eventually(
+        lambda: _annotation(jobs, "attempt-1", "kubetrain.dev/last-checkpoint"),
+        what="rank 0's report of its last checkpoint",
+    )
+    assert reported == "/checkpoints/step-00000060"
+    last = reported
+
+    second = digits_job(
+        "attempt-2",
+        steps=100,
+        every=20,
+        claim="ckpt",
+        extra_args=("--fail-at-step=70",),
+        annotations={"kubetrain.dev/attempt": "2", "kubetrain.dev/last-checkpoint": last},
+    )
+    await jobs.create(second)
+    done = await jobs.wait_condition("attempt-2", "Succeeded", timeout=180)
+    report = json.loads(done["metadata"]["annotations"]["kubetrain.dev/training-report"])
+    assert report["resumed_from_step"] == 60 and report["step"] == 100 and report["attempt"] == "2"
+    master_log = await logs(core, namespace, "attempt-2-master-0")
+    assert "resumed from checkpoint step=60" in master_log
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_cleaned_up() -> Any:
+    yield
+    # A failed test must not leave training processes behind for the next one.
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "examples/train_ddp.py" in " ".join(proc.info["cmdline"] or []):
+                proc.kill()
+        except psutil.Error:
+            continue
+
+
+async def _annotation(jobs: Jobs, name: str, key: str) -> str | None:
+    job = await jobs.get(name)
+    value = ((job or {}).get("metadata", {}).get("annotations") or {}).get(key)
+    return str(value) if value else None
