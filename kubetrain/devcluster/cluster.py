@@ -158,7 +158,19 @@ class DevCluster:
 
     def is_up(self) -> bool:
         state = self.load_state()
-        return state is not None and all(process.pid_alive(pid) for pid in state.pids.values())
+        return state is not None and all(
+            process.pid_alive(pid) for name, pid in state.pids.items() if name in COMPONENTS
+        )
+
+    def adopt(self, name: str, pid: int) -> None:
+        """Record a process started beside the cluster (the demo's controller) so ``down`` stops it too."""
+        state = self.load_state()
+        if state is None:
+            raise DevClusterError(
+                f"no cluster in {self.state_dir} to attach {name} to; run `kubetrain dev up`"
+            )
+        state.pids[name] = pid
+        self._save_state(state)
 
     # -- components ------------------------------------------------------------
     def _components(self, ports: dict[str, int], options: ClusterOptions) -> list[Component]:

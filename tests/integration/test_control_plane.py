@@ -42,6 +42,7 @@ def test_every_component_reports_healthy(dev_cluster: DevCluster) -> None:
         "kube-scheduler",
         "kube-controller-manager",
         "kwok",
+        "process-node",
     ]
     assert all(s.running and s.healthy for s in statuses), statuses
 

@@ -135,8 +135,8 @@ def test_a_failed_start_stops_what_was_started(tmp_path: Path, monkeypatch: pyte
     cluster = DevCluster(tmp_path / "s")
     real = cluster._components
 
-    def sabotage(ports: dict[str, int]) -> list[process.Component]:
-        components = real(ports)
+    def sabotage(ports: dict[str, int], options: ClusterOptions) -> list[process.Component]:
+        components = real(ports, options)
         components[2].argv.append("--no-such-flag")  # the scheduler refuses to start
         return components
 
