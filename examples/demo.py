@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "demo-output"
 NAMESPACE = "kubetrain-demo"
 STEPS, EVERY, FAIL_AT = 150, 20, 90
-console = Console()
+console = Console() if sys.stdout.isatty() else Console(width=120)
 
 
 def job(name: str, attempt: int, resume_from: str = "") -> dict[str, Any]:
@@ -293,7 +293,7 @@ def plot(metrics: Path) -> Path | None:
     ax.axvline(FAIL_AT, color="grey", linestyle=":", label="attempt 1 fails")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
-    ax.set_title("digits, DDP on the process node: interrupted and resumed from a checkpoint")
+    ax.set_title("DDP on the process node, interrupted and resumed")
     ax.legend()
     ax.grid(alpha=0.3)
     OUTPUT.mkdir(exist_ok=True)
