@@ -236,9 +236,14 @@ def build(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        for target in stale:
+        for number, target in enumerate(stale, 1):
+            if not console.is_terminal:  # a CI log gets a line per binary instead of a live bar
+                console.print(f"building {target.binary} ({number}/{len(stale)}) from {target.package}")
+            begun = time.monotonic()
             _build_one(go, target, progress)
             _stamp_path(target).write_text(_stamp(target, go_version) + "\n")
+            if not console.is_terminal:
+                console.print(f"built {target.binary} in {time.monotonic() - begun:.0f}s")
     console.print(
         f"[green]Built {', '.join(t.binary for t in stale)}[/] into {paths.bin_dir()} "
         f"in {time.monotonic() - started:.0f}s"
