@@ -272,10 +272,25 @@ class V1JobReconciler:
         if self.settings.gang is not None and not await self._sync_pod_group(ctx):
             await self._write_status(ctx)
             return Result(requeue_after=5.0)
+        # Creating is safe before the status is written (and a round trip sooner); deleting waits for
+        # the status, so a restart is on record before its pod goes.
         deferred = self._coalesce(ctx)
-        if deferred is None:
-            await self._write_status(ctx)
-        await self._act(info, work)
+        await asyncio.gather(
+            self._create_all(info, SERVICES, work.create_services, track=False),
+            self._create_all(info, PODS, work.create_pods, track=True),
+            self._write_status(ctx) if deferred is None else asyncio.sleep(0),
+        )
+        await self._delete_all(info, PODS, work.delete_pods)
+        await self._delete_all(info, SERVICES, work.delete_services)
+        if work.create_pods or work.delete_pods:
+            log.info(
+                "job %s/%s: created %d pods and %d services, deleted %d pods",
+                info.namespace,
+                info.name,
+                len(work.create_pods),
+                len(work.create_services),
+                len(work.delete_pods),
+            )
         self._warn(info)
         await self._sync_hpa(info, suspended=False)
         return Result.soonest(self._deadline_result(ctx), Result(deferred))
@@ -497,21 +512,6 @@ class V1JobReconciler:
         self.jobs.observe_write(updated)
         self._last_write[f"{meta['namespace']}/{meta['name']}"] = time.monotonic()
         log.info("job %s/%s status: %s", meta["namespace"], meta["name"], cond.state(status) or "-")
-
-    async def _act(self, info: JobInfo, work: _Work) -> None:
-        await self._delete_all(info, PODS, work.delete_pods)
-        await self._delete_all(info, SERVICES, work.delete_services)
-        await self._create_all(info, SERVICES, work.create_services, track=False)
-        await self._create_all(info, PODS, work.create_pods, track=True)
-        if work.create_pods or work.delete_pods:
-            log.info(
-                "job %s/%s: created %d pods and %d services, deleted %d pods",
-                info.namespace,
-                info.name,
-                len(work.create_pods),
-                len(work.create_services),
-                len(work.delete_pods),
-            )
 
     async def _create_all(self, info: JobInfo, resource: Resource, bodies: list[Obj], *, track: bool) -> None:
         """Create children in parallel; one Event names every child created (and one each failure)."""
