@@ -1,0 +1,541 @@
+"""``AsyncJobClient``: submit, track, wait for, read the logs of, and resubmit training jobs.
+
+The one client the CLI, the Airflow operators, sensors and triggers, and the
+KFP components share. It talks to the job CRDs directly (no Kubeflow SDK, whose
+``kubernetes`` pins conflict with Airflow's), on ``kubernetes_asyncio``.
+
+Transient API errors (429 with ``Retry-After``, 5xx, dropped connections) are
+retried with tenacity; a watch that drops is re-established, and re-listed
+after a 410. A job that fails raises ``JobFailedError`` with its reason and the
+last lines of rank 0's log, so whoever waits sees why without digging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+import pydantic
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client import ApiException
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from kubetrain import naming
+from kubetrain.api import v1, v2
+from kubetrain.api.base import ApiModel
+from kubetrain.client import kinds
+from kubetrain.client.errors import (
+    InvalidJobError,
+    JobExistsError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+)
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+LOG_TAIL = 30
+
+MODELS: dict[str, type[ApiModel]] = {
+    "PyTorchJob": v1.PyTorchJob,
+    "TFJob": v1.TFJob,
+    "XGBoostJob": v1.XGBoostJob,
+    "PaddleJob": v1.PaddleJob,
+    "JAXJob": v1.JAXJob,
+    "TrainJob": v2.TrainJob,
+}
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 429) or exc.status >= 500
+    return isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+
+
+def _retry_after(state: Any) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    headers = getattr(exc, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value and str(value).isdigit():
+        return float(value)
+    return float(wait_exponential(multiplier=0.2, max=10)(state))
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
+    """Run ``call`` again on transient API errors, honouring ``Retry-After``."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_transient),
+        wait=_retry_after,
+        stop=stop_after_attempt(attempts),
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable")
+
+
+def validate(manifest: Obj) -> None:
+    """Check a manifest against the kind's model before it reaches the cluster; names every bad field."""
+    kind = manifest.get("kind")
+    if kind not in MODELS:
+        raise InvalidJobError(f"kind must be one of {', '.join(MODELS)} (got {kind!r})")
+    if not (manifest.get("metadata") or {}).get("name"):
+        raise InvalidJobError("metadata.name is required")
+    try:
+        MODELS[kind].model_validate(manifest)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise InvalidJobError(f"invalid {kind} {manifest['metadata']['name']}: {problems}") from None
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message", exc.reason))
+    except (TypeError, ValueError):
+        return str(exc.reason)
+
+
+class AsyncJobClient:
+    def __init__(self, api: client.ApiClient, *, owns_api: bool = False) -> None:
+        self.api = api
+        # The generated API classes type bodies as models and every keyword as required; this client
+        # passes plain dicts and leaves optional arguments out, so they are used untyped.
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.core: Any = client.CoreV1Api(api)
+        self._owns_api = owns_api
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        config_dict: Obj | None = None,
+        in_cluster: bool | None = None,
+    ) -> AsyncJobClient:
+        """In-cluster credentials, a kubeconfig dict or file, or the default kubeconfig."""
+        if in_cluster or (
+            in_cluster is None and kubeconfig is None and config_dict is None and _in_cluster()
+        ):
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return cls(client.ApiClient(client.Configuration.get_default_copy()), owns_api=True)
+        if config_dict is not None:
+            api = await config.new_client_from_config_dict(config_dict, context=context)
+        else:
+            api = await config.new_client_from_config(config_file=kubeconfig, context=context)
+        return cls(api, owns_api=True)
+
+    async def close(self) -> None:
+        if self._owns_api:
+            await self.api.close()
+
+    async def __aenter__(self) -> AsyncJobClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- jobs ------------------------------------------------------------------------------------
+    async def create(
+        self, manifest: Obj | ApiModel, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Obj:
+        """Validate and submit a job; returns it as stored. ``dry_run`` asks the API server to check only."""
+        body = manifest.to_dict() if isinstance(manifest, ApiModel) else copy.deepcopy(manifest)
+        validate(body)
+        namespace = namespace or body["metadata"].get("namespace") or "default"
+        body["metadata"]["namespace"] = namespace
+        kind = kinds.kind_of(body["kind"])
+        extra = {"dry_run": "All"} if dry_run else {}
+        try:
+            created: Obj = await retrying(
+                lambda: self.custom.create_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, body, **extra
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 422:
+                raise InvalidJobError(
+                    f"the API server rejected {kind.kind} {body['metadata']['name']}: {_api_message(exc)}"
+                ) from None
+            if exc.status == 409:
+                raise JobExistsError(
+                    f"{kind.kind} {namespace}/{body['metadata']['name']} already exists"
+                ) from None
+            if exc.status == 404:
+                raise InvalidJobError(
+                    f"{kind.kind} is not installed in this cluster (no CRD "
+                    f"{kind.plural}.{kind.group}); install deploy/crds"
+                ) from None
+            raise
+        return created
+
+    async def get(self, kind: str, name: str, namespace: str) -> Obj | None:
+        spec = kinds.kind_of(kind)
+        try:
+            job: Obj = await retrying(
+                lambda: self.custom.get_namespaced_custom_object(
+                    spec.group, spec.version, namespace, spec.plural, name
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    async def require(self, kind: str, name: str, namespace: str) -> Obj:
+        job = await self.get(kind, name, namespace)
+        if job is None:
+            raise JobNotFoundError(f"{kind} {namespace}/{name} not found")
+        return job
+
+    async def list(
+        self, *, kind: str | None = None, namespace: str | None = None, label_selector: str | None = None
+    ) -> builtins.list[Obj]:
+        """Jobs of one kind, or of every installed kind."""
+        wanted = [kinds.kind_of(kind)] if kind else list(kinds.KINDS.values())
+        found: builtins.list[Obj] = []
+        for spec in wanted:
+            try:
+                if namespace:
+                    listed = await retrying(
+                        lambda s=spec: self.custom.list_namespaced_custom_object(  # type: ignore[misc]
+                            s.group, s.version, namespace, s.plural, label_selector=label_selector
+                        )
+                    )
+                else:
+                    listed = await retrying(
+                        lambda s=spec: self.custom.list_cluster_custom_object(  # type: ignore[misc]
+                            s.group, s.version, s.plural, label_selector=label_selector
+                        )
+                    )
+            except ApiException as exc:
+                if exc.status == 404 and kind is None:
+                    continue  # that kind is not installed
+                raise
+            for item in listed.get("items") or []:
+                item.setdefault("kind", spec.kind)
+                item.setdefault("apiVersion", spec.api_version)
+                found.append(item)
+        return found
+
+    async def delete(self, kind: str, name: str, namespace: str, *, propagation: str = "Foreground") -> bool:
+        """Delete a job and (through owner references) its pods; False when it was already gone."""
+        spec = kinds.kind_of(kind)
+        try:
+            await retrying(
+                lambda: self.custom.delete_namespaced_custom_object(
+                    spec.group,
+                    spec.version,
+                    namespace,
+                    spec.plural,
+                    name,
+                    body={"propagationPolicy": propagation},
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def set_suspended(self, kind: str, name: str, namespace: str, suspended: bool) -> Obj:
+        """Suspend a job (its pods are deleted, it keeps its place) or let it run again."""
+        spec = kinds.kind_of(kind)
+        patch = (
+            {"spec": {"runPolicy": {"suspend": suspended}}}
+            if spec.is_v1
+            else {"spec": {"suspend": suspended}}
+        )
+        try:
+            job: Obj = await retrying(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    spec.group,
+                    spec.version,
+                    namespace,
+                    spec.plural,
+                    name,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise JobNotFoundError(f"{kind} {namespace}/{name} not found") from None
+            raise
+        return job
+
+    async def resubmit(
+        self,
+        job: Obj,
+        *,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Submit the next attempt of a job: same spec, checkpoint dir and volume, lineage; attempt + 1.
+
+        The new attempt resumes from the last checkpoint the old one reported (``kubetrain.dev/last-checkpoint``),
+        or from the latest in the shared checkpoint directory.
+        """
+        meta = job["metadata"]
+        annotations = dict(meta.get("annotations") or {})
+        old_labels = dict(meta.get("labels") or {})
+        lineage = old_labels.get(naming.LABEL_LINEAGE) or meta["name"]
+        attempt = int(annotations.get(naming.ANNOTATION_ATTEMPT, "1") or 1) + 1
+        annotations[naming.ANNOTATION_ATTEMPT] = str(attempt)
+        annotations.pop(naming.ANNOTATION_TRAINING_REPORT, None)
+        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+        spec = copy.deepcopy(job["spec"])
+        if kinds.kind_of(job["kind"]).is_v1:
+            spec.setdefault("runPolicy", {})["suspend"] = False
+        else:
+            spec["suspend"] = False
+        body = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "metadata": {
+                "name": name or naming.attempt_name(lineage, attempt),
+                "namespace": meta["namespace"],
+                "labels": {**old_labels, naming.LABEL_LINEAGE: lineage, **(labels or {})},
+                "annotations": annotations,
+            },
+            "spec": spec,
+        }
+        return await self.create(body, dry_run=dry_run)
+
+    # -- watching and waiting --------------------------------------------------------------------
+    async def watch(
+        self, kind: str, name: str, namespace: str, *, timeout: float | None = None
+    ) -> AsyncIterator[Obj]:
+        """Yield the job each time it changes (first as it is now); survives dropped watches."""
+        spec = kinds.kind_of(kind)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        selector = f"metadata.name={name}"
+        version = ""
+        last_seen = ""
+        while True:
+            if not version:
+                listed = await retrying(
+                    lambda: self.custom.list_namespaced_custom_object(
+                        spec.group, spec.version, namespace, spec.plural, field_selector=selector
+                    )
+                )
+                items = listed.get("items") or []
+                if not items:
+                    raise JobNotFoundError(f"{spec.kind} {namespace}/{name} not found")
+                version = listed["metadata"]["resourceVersion"]
+                current = items[0]
+                current.setdefault("kind", spec.kind)
+                last_seen = current["metadata"]["resourceVersion"]
+                yield current
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            stream = watch.Watch()
+            try:
+                async with stream.stream(
+                    self.custom.list_namespaced_custom_object,
+                    spec.group,
+                    spec.version,
+                    namespace,
+                    spec.plural,
+                    field_selector=selector,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=int(min(remaining or 300, 300)) or 1,
+                ) as events:
+                    async for event in events:
+                        obj = event["object"]
+                        if event["type"] == "DELETED":
+                            raise JobNotFoundError(f"{spec.kind} {namespace}/{name} was deleted")
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] in ("ADDED", "MODIFIED") and version != last_seen:
+                            last_seen = version
+                            obj.setdefault("kind", spec.kind)
+                            yield obj
+            except ApiException as exc:
+                if exc.status == 410:
+                    version = ""  # too old: list again
+                    continue
+                if not _transient(exc):
+                    raise
+                await asyncio.sleep(1)
+            except (TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(1)
+
+    async def wait(
+        self,
+        kind: str,
+        name: str,
+        namespace: str,
+        *,
+        timeout: float | None = None,
+        on_change: Callable[[Obj], Awaitable[None] | None] | None = None,
+    ) -> Obj:
+        """Wait for the job to finish; return it when it succeeded, raise ``JobFailedError`` when it failed."""
+        latest: Obj | None = None
+        async for job in self.watch(kind, name, namespace, timeout=timeout):
+            latest = job
+            if on_change is not None:
+                result = on_change(job)
+                if asyncio.iscoroutine(result):
+                    await result
+            if kinds.is_finished(job):
+                return await self.check(job)
+        current = kinds.state(latest) if latest else "unknown"
+        raise JobTimeoutError(
+            f"{kind} {namespace}/{name} did not finish within {timeout:.0f}s (it is {current})"
+            + await self._pending_hint(latest)
+        )
+
+    async def check(self, job: Obj) -> Obj:
+        """Return a finished job that succeeded; raise ``JobFailedError`` (with rank 0's log tail) otherwise."""
+        if kinds.state(job) == "Failed":
+            reason, message = kinds.failure(job)
+            logs = await self.logs(job, tail=LOG_TAIL, quiet=True)
+            raise JobFailedError(job["metadata"]["name"], reason, message, logs)
+        return job
+
+    async def _pending_hint(self, job: Obj | None) -> str:
+        if job is None:
+            return ""
+        reasons = await self.pending_reasons(job)
+        return ("; pods waiting: " + "; ".join(reasons)) if reasons else ""
+
+    # -- pods, logs, events ----------------------------------------------------------------------
+    async def pods(self, job: Obj) -> builtins.list[Any]:
+        """Every pod of the job (owned by it)."""
+        uid = job["metadata"].get("uid")
+        listed = await retrying(lambda: self.core.list_namespaced_pod(job["metadata"]["namespace"]))
+        return [p for p in listed.items if any(r.uid == uid for r in p.metadata.owner_references or [])]
+
+    async def pending_reasons(self, job: Obj) -> builtins.list[str]:
+        """Why the job's pods are not scheduled (e.g. not enough GPUs), from their conditions."""
+        reasons = []
+        for pod in await self.pods(job):
+            if pod.status.phase != "Pending":
+                continue
+            for condition in pod.status.conditions or []:
+                if condition.type == "PodScheduled" and condition.status == "False":
+                    reasons.append(f"{pod.metadata.name}: {condition.reason}: {condition.message}")
+        return reasons
+
+    async def _pod_for(self, job: Obj, role: str | None, index: int) -> client.V1Pod | None:
+        selector = kinds.rank0_selector(job, role=role, index=index)
+        listed = await retrying(
+            lambda: self.core.list_namespaced_pod(job["metadata"]["namespace"], label_selector=selector)
+        )
+        live = [p for p in listed.items if not p.metadata.deletion_timestamp] or listed.items
+        return live[0] if live else None
+
+    async def logs(
+        self,
+        job: Obj,
+        *,
+        role: str | None = None,
+        index: int = 0,
+        container: str | None = None,
+        tail: int | None = None,
+        previous: bool = False,
+        quiet: bool = False,
+    ) -> str:
+        """The log of rank 0 (or of ``role``/``index``); with ``quiet``, '' instead of errors."""
+        try:
+            pod = await self._pod_for(job, role, index)
+            if pod is None:
+                if quiet:
+                    return ""
+                raise JobNotFoundError(f"no pod for {role or 'rank 0'} {index} of {job['metadata']['name']}")
+            text: str = await self.core.read_namespaced_pod_log(
+                pod.metadata.name,
+                job["metadata"]["namespace"],
+                container=container or kinds.default_container(job),
+                tail_lines=tail,
+                previous=previous,
+            )
+            return text
+        except ApiException:
+            if quiet:
+                return ""
+            raise
+
+    async def follow_logs(
+        self, job: Obj, *, role: str | None = None, index: int = 0, container: str | None = None
+    ) -> AsyncIterator[str]:
+        """Lines of rank 0's log as they are written, across its container's restarts, until the job ends."""
+        seen_pods: dict[str, int] = {}
+        while True:
+            pod = await self._pod_for(job, role, index)
+            current = await self.get(job["kind"], job["metadata"]["name"], job["metadata"]["namespace"])
+            if current is None:
+                return
+            if pod is None or pod.status.phase == "Pending":
+                if kinds.is_finished(current):
+                    return
+                await asyncio.sleep(1)
+                continue
+            key = f"{pod.metadata.uid}/{_restarts(pod)}"
+            skip = seen_pods.get(key, 0)
+            count = 0
+            with contextlib.suppress(ApiException, aiohttp.ClientError, asyncio.TimeoutError):
+                response = await self.core.read_namespaced_pod_log(
+                    pod.metadata.name,
+                    job["metadata"]["namespace"],
+                    container=container or kinds.default_container(job),
+                    follow=True,
+                    _preload_content=False,
+                )
+                async with response:
+                    async for raw in response.content:
+                        count += 1
+                        if count > skip:
+                            yield raw.decode(errors="replace").rstrip("\n")
+            seen_pods[key] = max(skip, count)
+            if kinds.is_finished(current) or pod.status.phase in ("Succeeded", "Failed"):
+                refreshed = await self.get(job["kind"], job["metadata"]["name"], job["metadata"]["namespace"])
+                if refreshed is None or kinds.is_finished(refreshed):
+                    return
+            await asyncio.sleep(1)
+
+    async def events(self, job: Obj) -> builtins.list[Any]:
+        """Events about the job, oldest first."""
+        listed = await retrying(
+            lambda: self.core.list_namespaced_event(
+                job["metadata"]["namespace"], field_selector=f"involvedObject.name={job['metadata']['name']}"
+            )
+        )
+        return sorted(
+            listed.items, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+        )
+
+    @staticmethod
+    def report(job: Obj) -> Obj:
+        """Rank 0's training report (last checkpoint, step, metrics) the controller copied into the job."""
+        text = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TRAINING_REPORT)
+        if not text:
+            return {}
+        try:
+            report: Obj = json.loads(text)
+        except ValueError:
+            return {}
+        return report
+
+
+def _restarts(pod: client.V1Pod) -> int:
+    return sum(s.restart_count or 0 for s in pod.status.container_statuses or [])
+
+
+def _in_cluster() -> bool:
+    import os
+
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )

@@ -1,0 +1,324 @@
+"""Job manifests from a handful of arguments, checked before anything is submitted.
+
+The Airflow operators and the KFP components accept either a full manifest or
+these convenience arguments; both end up here. Every argument is checked on its
+own first, and a bad one raises ``InvalidJobError`` naming it and saying what
+would be right, long before a cluster is involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubetrain import naming, quantity
+from kubetrain.client import kinds
+from kubetrain.client.errors import InvalidJobError
+
+Obj = dict[str, Any]
+RESTART_POLICIES = ("OnFailure", "Always", "Never", "ExitCode")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidJobError(message)
+
+
+def _non_negative(name: str, value: int | None) -> None:
+    if value is not None:
+        _require(
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            f"{name} must be a whole number >= 0 (got {value!r})",
+        )
+
+
+def _strings(name: str, value: Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    _require(
+        not isinstance(value, str) and all(isinstance(v, str) for v in value),
+        f"{name} must be a list of strings, e.g. ['python', 'train.py'] (got {value!r})",
+    )
+    return list(value)
+
+
+def _env(value: Mapping[str, Any] | Sequence[Obj] | None) -> list[Obj]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        for key in value:
+            _require(isinstance(key, str) and key != "", f"env names must be non-empty strings (got {key!r})")
+        return [{"name": k, "value": str(v)} for k, v in value.items()]
+    _require(
+        all(isinstance(e, Mapping) and "name" in e for e in value),
+        "env must be a mapping of name to value, or a list of Kubernetes EnvVar objects",
+    )
+    return [dict(e) for e in value]
+
+
+def _resources(name: str, value: Mapping[str, Any] | None, gpus: int) -> Obj:
+    resources: Obj = {}
+    if value:
+        _require(
+            set(value) <= {"requests", "limits"}
+            or all(isinstance(v, str | int | float) for v in value.values()),
+            f"{name} must be {{'requests': {{...}}, 'limits': {{...}}}} or a flat mapping such as "
+            "{'cpu': '4', 'memory': '16Gi'}",
+        )
+        if set(value) <= {"requests", "limits"}:
+            resources = {k: dict(v) for k, v in value.items()}
+        else:
+            resources = {"requests": dict(value), "limits": dict(value)}
+        for kind, amounts in resources.items():
+            for resource, amount in amounts.items():
+                try:
+                    quantity.parse(amount)
+                except ValueError:
+                    raise InvalidJobError(
+                        f"{name}.{kind}.{resource}: {amount!r} is not a Kubernetes quantity "
+                        "(e.g. 2, 500m, 16Gi)"
+                    ) from None
+    if gpus:
+        resources.setdefault("limits", {})[naming.GPU_RESOURCE] = str(gpus)
+    return resources
+
+
+@dataclass
+class JobSpec:
+    """Arguments common to every kind (the operators' and components' convenience arguments)."""
+
+    name: str
+    image: str
+    command: Sequence[str] | None = None
+    args: Sequence[str] | None = None
+    env: Mapping[str, Any] | Sequence[Obj] | None = None
+    gpus: int = 0
+    resources: Mapping[str, Any] | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_volume: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    clean_pod_policy: str | None = None
+    restart_policy: str = "OnFailure"
+    scheduling: Mapping[str, Any] | None = None
+    node_selector: Mapping[str, str] | None = None
+    tolerations: Sequence[Obj] | None = None
+    working_dir: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    suspend: bool = False
+
+    def check(self) -> None:
+        """Raise ``InvalidJobError`` naming the first bad argument."""
+        _require(
+            bool(self.name) and naming.dns_label(self.name, limit=63) == self.name,
+            f"name must be a DNS-1035 label such as 'mnist-train' (got {self.name!r})",
+        )
+        _require(
+            isinstance(self.image, str) and self.image.strip() != "",
+            "image is required: the container image that runs the training code",
+        )
+        _strings("command", self.command)
+        _strings("args", self.args)
+        _env(self.env)
+        _non_negative("gpus", self.gpus)
+        _resources("resources", self.resources, 0)
+        for argument in ("ttl_seconds_after_finished", "active_deadline_seconds", "backoff_limit"):
+            _non_negative(argument, getattr(self, argument))
+        if self.active_deadline_seconds is not None:
+            _require(self.active_deadline_seconds >= 1, "active_deadline_seconds must be at least 1")
+        _require(
+            self.clean_pod_policy in (None, *CLEAN_POD_POLICIES),
+            f"clean_pod_policy must be one of {', '.join(CLEAN_POD_POLICIES)} (got {self.clean_pod_policy!r})",
+        )
+        _require(
+            self.restart_policy in RESTART_POLICIES,
+            f"restart_policy must be one of {', '.join(RESTART_POLICIES)} (got {self.restart_policy!r})",
+        )
+        _require(
+            self.checkpoint_volume is None or bool(self.checkpoint_dir),
+            "checkpoint_volume needs checkpoint_dir: the path where the volume is mounted in the pods",
+        )
+        _require(
+            self.checkpoint_dir is None or self.checkpoint_dir.startswith("/"),
+            f"checkpoint_dir must be an absolute path inside the pods (got {self.checkpoint_dir!r})",
+        )
+        if self.scheduling:
+            allowed = {"min_available", "queue", "priority_class", "schedule_timeout_seconds"}
+            unknown = set(self.scheduling) - allowed
+            _require(not unknown, f"scheduling has unknown keys {sorted(unknown)}; use {sorted(allowed)}")
+
+    def metadata(self) -> Obj:
+        annotations = dict(self.annotations)
+        if self.checkpoint_dir:
+            annotations[naming.ANNOTATION_CHECKPOINT_DIR] = self.checkpoint_dir
+        if self.checkpoint_volume:
+            annotations[naming.ANNOTATION_CHECKPOINT_VOLUME] = self.checkpoint_volume
+        return {"name": self.name, "labels": dict(self.labels), "annotations": annotations}
+
+    def container(self, name: str) -> Obj:
+        container: Obj = {"name": name, "image": self.image}
+        if self.command:
+            container["command"] = list(self.command)
+        if self.args:
+            container["args"] = list(self.args)
+        env = _env(self.env)
+        if env:
+            container["env"] = env
+        resources = _resources("resources", self.resources, self.gpus)
+        if resources:
+            container["resources"] = resources
+        if self.working_dir:
+            container["workingDir"] = self.working_dir
+        return container
+
+    def pod_spec(self, container: str) -> Obj:
+        spec: Obj = {"containers": [self.container(container)]}
+        if self.node_selector:
+            spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            spec["tolerations"] = [dict(t) for t in self.tolerations]
+        return spec
+
+    def run_policy(self) -> Obj:
+        policy: Obj = {}
+        for key, value in (
+            ("ttlSecondsAfterFinished", self.ttl_seconds_after_finished),
+            ("activeDeadlineSeconds", self.active_deadline_seconds),
+            ("backoffLimit", self.backoff_limit),
+            ("cleanPodPolicy", self.clean_pod_policy),
+        ):
+            if value is not None:
+                policy[key] = value
+        if self.scheduling:
+            names = {
+                "min_available": "minAvailable",
+                "queue": "queue",
+                "priority_class": "priorityClass",
+                "schedule_timeout_seconds": "scheduleTimeoutSeconds",
+            }
+            policy["schedulingPolicy"] = {names[k]: v for k, v in self.scheduling.items()}
+        if self.suspend:
+            policy["suspend"] = True
+        return policy
+
+
+def v1_job(kind: str, spec: JobSpec, *, replicas: Mapping[str, int]) -> Obj:
+    """A v1 job (PyTorchJob, TFJob, ...) with ``replicas`` per replica type, all from one pod template."""
+    spec.check()
+    job_kind = kinds.kind_of(kind)
+    _require(
+        job_kind.is_v1, f"kind must be a kubeflow.org/v1 kind (got {kind!r}); use trainjob() for TrainJob"
+    )
+    for rtype, count in replicas.items():
+        _non_negative(f"replicas of {rtype}", count)
+    container = kinds.default_container({"kind": job_kind.kind})
+    replica_specs = {
+        rtype: {
+            "replicas": count,
+            "restartPolicy": spec.restart_policy,
+            "template": {"spec": spec.pod_spec(container)},
+        }
+        for rtype, count in replicas.items()
+        if count > 0 or rtype == "Master"
+    }
+    body: Obj = {
+        "apiVersion": job_kind.api_version,
+        "kind": job_kind.kind,
+        "metadata": spec.metadata(),
+        "spec": {job_kind.replica_field: replica_specs},
+    }
+    policy = spec.run_policy()
+    if policy:
+        body["spec"]["runPolicy"] = policy
+    return body
+
+
+def pytorchjob(
+    spec: JobSpec, *, num_workers: int = 1, master: bool = True, nproc_per_node: str | int | None = None
+) -> Obj:
+    """A PyTorchJob: one Master (unless ``master=False``) and ``num_workers`` Workers."""
+    _non_negative("num_workers", num_workers)
+    _require(master or num_workers >= 1, "num_workers must be at least 1 when there is no Master")
+    replicas = {"Master": 1} if master else {}
+    if num_workers:
+        replicas["Worker"] = num_workers
+    body = v1_job("PyTorchJob", spec, replicas=replicas)
+    if nproc_per_node is not None:
+        text = str(nproc_per_node)
+        _require(
+            text in ("auto", "cpu", "gpu") or (text.isdigit() and int(text) > 0),
+            f"nproc_per_node must be auto, cpu, gpu or a positive integer (got {nproc_per_node!r})",
+        )
+        body["spec"]["nprocPerNode"] = text
+    return body
+
+
+def trainjob(
+    spec: JobSpec,
+    *,
+    runtime: str,
+    runtime_kind: str = "ClusterTrainingRuntime",
+    num_nodes: int | None = None,
+    num_proc_per_node: int | None = None,
+) -> Obj:
+    """A TrainJob on ``runtime``; the image, command, env and resources go to the trainer's ``node`` container."""
+    spec.check()
+    _require(
+        bool(runtime), "runtime is required: the (Cluster)TrainingRuntime to run on, e.g. torch-distributed"
+    )
+    _require(
+        runtime_kind in ("ClusterTrainingRuntime", "TrainingRuntime"),
+        f"runtime_kind must be ClusterTrainingRuntime or TrainingRuntime (got {runtime_kind!r})",
+    )
+    _non_negative("num_nodes", num_nodes)
+    if num_proc_per_node is not None:
+        _require(num_proc_per_node >= 1, f"num_proc_per_node must be at least 1 (got {num_proc_per_node})")
+    container = spec.container("node")
+    trainer: Obj = {"image": spec.image}
+    for key in ("command", "args", "env"):
+        if key in container:
+            trainer[key] = container[key]
+    if "resources" in container:
+        trainer["resourcesPerNode"] = container["resources"]
+    if num_nodes is not None:
+        trainer["numNodes"] = num_nodes
+    if num_proc_per_node is not None:
+        trainer["numProcPerNode"] = num_proc_per_node
+    metadata = spec.metadata()
+    if spec.ttl_seconds_after_finished is not None:
+        metadata["annotations"][naming.ANNOTATION_TTL_AFTER_FINISHED] = str(spec.ttl_seconds_after_finished)
+    body: Obj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": {"runtimeRef": {"name": runtime, "kind": runtime_kind}, "trainer": trainer},
+    }
+    if spec.active_deadline_seconds is not None:
+        body["spec"]["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    if spec.suspend:
+        body["spec"]["suspend"] = True
+    patch_spec: Obj = {}
+    if spec.node_selector:
+        patch_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        patch_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    if patch_spec:
+        body["spec"]["runtimePatches"] = [
+            {
+                "manager": "kubetrain.dev/builder",
+                "trainingRuntimeSpec": {
+                    "template": {
+                        "spec": {
+                            "replicatedJobs": [
+                                {"name": "node", "template": {"spec": {"template": {"spec": patch_spec}}}}
+                            ]
+                        }
+                    }
+                },
+            }
+        ]
+    return body

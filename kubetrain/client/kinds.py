@@ -1,0 +1,122 @@
+"""The job kinds the client handles, and how to read each one's state.
+
+The v1 kinds finish with a ``Succeeded`` or ``Failed`` condition; a TrainJob
+with ``Complete`` or ``Failed``. Rank 0 (whose logs and report matter) is the
+pod labelled ``training.kubeflow.org/job-role=master`` for v1 kinds, and the
+first pod of the ``node`` replicated job for a TrainJob.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+State = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class JobKind:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    success: str
+    replica_field: str | None = None  # v1 kinds: where the replica map lives
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def is_v1(self) -> bool:
+        return self.group == "kubeflow.org"
+
+
+KINDS: dict[str, JobKind] = {
+    k.kind: k
+    for k in (
+        JobKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "Succeeded", "pytorchReplicaSpecs"),
+        JobKind("TFJob", "kubeflow.org", "v1", "tfjobs", "Succeeded", "tfReplicaSpecs"),
+        JobKind("XGBoostJob", "kubeflow.org", "v1", "xgboostjobs", "Succeeded", "xgbReplicaSpecs"),
+        JobKind("PaddleJob", "kubeflow.org", "v1", "paddlejobs", "Succeeded", "paddleReplicaSpecs"),
+        JobKind("JAXJob", "kubeflow.org", "v1", "jaxjobs", "Succeeded", "jaxReplicaSpecs"),
+        JobKind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "Complete"),
+    )
+}
+
+
+def kind_of(name: str) -> JobKind:
+    """A kind by name, case-insensitively (``pytorchjob``, ``PyTorchJob``, ``pytorchjobs``)."""
+    lowered = name.lower()
+    for kind in KINDS.values():
+        if lowered in (kind.kind.lower(), kind.plural):
+            return kind
+    raise ValueError(f"unknown job kind {name!r}; choose from {', '.join(KINDS)}")
+
+
+def conditions(job: Obj) -> list[Obj]:
+    found: list[Obj] = (job.get("status") or {}).get("conditions") or []
+    return found
+
+
+def is_true(job: Obj, ctype: str) -> bool:
+    return any(c.get("type") == ctype and c.get("status") == "True" for c in conditions(job))
+
+
+def state(job: Obj) -> State:
+    """A job's state in one word, the same for every kind."""
+    kind = kind_of(job["kind"])
+    if is_true(job, kind.success):
+        return "Succeeded"
+    if is_true(job, "Failed"):
+        return "Failed"
+    if is_true(job, "Suspended"):
+        return "Suspended"
+    if is_true(job, "Restarting"):
+        return "Restarting"
+    if is_true(job, "Running"):
+        return "Running"
+    if not kind.is_v1 and (job.get("status") or {}).get("jobsStatus"):
+        active = sum(j.get("active") or 0 for j in job["status"]["jobsStatus"])
+        return "Running" if active else "Pending"
+    return "Pending"
+
+
+def is_finished(job: Obj) -> bool:
+    return state(job) in ("Succeeded", "Failed")
+
+
+def failure(job: Obj) -> tuple[str, str]:
+    """``(reason, message)`` of a failed job's Failed condition."""
+    for condition in conditions(job):
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            return str(condition.get("reason") or "Failed"), str(condition.get("message") or "")
+    return "", ""
+
+
+def rank0_selector(job: Obj, *, role: str | None = None, index: int = 0) -> str:
+    """Label selector of one replica's pod: rank 0 by default, or ``role`` (Master, Worker, node...) at ``index``."""
+    name = job["metadata"]["name"]
+    if kind_of(job["kind"]).is_v1:
+        if role is None:
+            return f"training.kubeflow.org/job-name={name},training.kubeflow.org/job-role=master"
+        return (
+            f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type={role.lower()},"
+            f"training.kubeflow.org/replica-index={index}"
+        )
+    return (
+        f"jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name={role or 'node'},"
+        f"batch.kubernetes.io/job-completion-index={index}"
+    )
+
+
+def default_container(job: Obj) -> str:
+    """The container whose logs are the training logs."""
+    return {
+        "PyTorchJob": "pytorch",
+        "TFJob": "tensorflow",
+        "XGBoostJob": "xgboost",
+        "PaddleJob": "paddle",
+        "JAXJob": "jax",
+    }.get(job["kind"], "node")
