@@ -32,7 +32,9 @@ from kubetrain.devcluster.process import Component, HealthCheck
 
 # Controllers of kube-controller-manager the dev cluster runs: owner-reference
 # garbage collection, namespace deletion, default service accounts, the
-# finalizer that protects pod groups in use, and binding claims to volumes.
+# finalizers that protect pod groups, claims and volumes in use (without them a
+# deleted claim, and so its namespace, would wait forever), and binding claims
+# to volumes.
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -41,6 +43,8 @@ KCM_CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "podgroup-protection-controller",
     "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 # The native gang-scheduling API of the chosen release (see build.py).
 FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"

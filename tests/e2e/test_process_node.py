@@ -8,6 +8,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -97,6 +98,7 @@ async def test_service_names_in_env_resolve_to_the_pod_behind_them(
 ) -> None:
     server = "import http.server, socketserver; socketserver.TCPServer(('0.0.0.0', 8765), http.server.SimpleHTTPRequestHandler).serve_forever()"
     await core.create_namespaced_pod(namespace, pod("server", server))
+    await wait_phase(core, namespace, "server", "Running")
     await core.create_namespaced_service(
         namespace,
         {
@@ -106,11 +108,20 @@ async def test_service_names_in_env_resolve_to_the_pod_behind_them(
     )
     forms = ["web", f"web.{namespace}", f"web.{namespace}.svc", f"web.{namespace}.svc.cluster.local"]
     env = [{"name": f"ADDR{i}", "value": f"{name}:8765"} for i, name in enumerate(forms)]
+    # The server may still be binding its port when the caller starts, as in any
+    # cluster; like real clients, the caller retries refused connections.
     client_script = (
-        "import os, urllib.request\n"
+        "import os, time, urllib.request\n"
         "for i in range(4):\n"
         "    addr = os.environ[f'ADDR{i}']\n"
-        "    urllib.request.urlopen(f'http://{addr}/', timeout=10).read()\n"
+        "    for attempt in range(60):\n"
+        "        try:\n"
+        "            urllib.request.urlopen(f'http://{addr}/', timeout=10).read()\n"
+        "            break\n"
+        "        except OSError:\n"
+        "            time.sleep(0.5)\n"
+        "    else:\n"
+        "        raise SystemExit(f'{addr} never answered')\n"
         "    print('reached', addr)\n"
     )
     await core.create_namespaced_pod(namespace, pod("caller", client_script, container={"env": env}))
@@ -236,6 +247,25 @@ async def test_a_persistent_volume_claim_outlives_its_pods(
     )
     await wait_phase(core, namespace, "reader", "Succeeded")
     assert kubectl("logs", "reader", "-n", namespace).stdout.strip() == "kept"
+
+    # Deleted once no pod uses it: the claim, its volume and the host directory go.
+    claim = await core.read_namespaced_persistent_volume_claim("keep", namespace)
+    volume_path = Path((await core.read_persistent_volume(claim.spec.volume_name)).spec.host_path.path)
+    assert (volume_path / "note").exists()
+    for name in ("writer", "reader"):
+        await core.delete_namespaced_pod(name, namespace)
+    await core.delete_namespaced_persistent_volume_claim("keep", namespace)
+
+    async def released() -> bool:
+        claims = (await core.list_namespaced_persistent_volume_claim(namespace)).items
+        volumes = [
+            v
+            for v in (await core.list_persistent_volume()).items
+            if v.metadata.name == claim.spec.volume_name
+        ]
+        return not claims and not volumes and not volume_path.exists()
+
+    await eventually(released, timeout=60, what="the claim, its volume and its directory to be deleted")
 
 
 def test_the_log_endpoint_demands_the_cluster_client_certificate(dev_cluster: DevCluster) -> None:

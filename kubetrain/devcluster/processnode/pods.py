@@ -139,7 +139,10 @@ class PodWorker:
         while not self.deleting.is_set():
             try:
                 return await volumes.prepare(self.agent.kube, self.pod, self.dir)
-            except volumes.VolumeError as exc:
+            except (volumes.VolumeError, errors.APIError) as exc:
+                # Like kubelet's volume manager, retry until the pod goes away: right
+                # after binding, the node authorizer may not yet know the pod's
+                # claims and secrets (403), and claims may still be unbound.
                 for state in self.mains:
                     state.state = {"waiting": {"reason": "ContainerCreating", "message": str(exc)}}
                 self._changed()
@@ -261,7 +264,7 @@ class PodWorker:
         while not self.deleting.is_set():
             try:
                 values = await env.container_env(self._with_addresses(), spec, self.agent.lookup)
-            except env.EnvError as exc:
+            except (env.EnvError, errors.APIError) as exc:
                 state.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
                 self._changed()
                 await asyncio.sleep(2)
