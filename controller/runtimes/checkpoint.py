@@ -2,7 +2,7 @@
 
 A job opts in with the ``kubetrain.dev/checkpoint-dir`` annotation (a path in
 the pods) and optionally ``kubetrain.dev/checkpoint-volume`` (a PVC mounted at
-that path). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
+that path; without one, an emptyDir is mounted there). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
 ``KUBETRAIN_RESUME_FROM`` (the latest checkpoint the controller has seen
 reported, so a recreated pod resumes from it) and ``KUBETRAIN_ATTEMPT``.
 """
@@ -27,16 +27,19 @@ class CheckpointPlugin:
         ]
         claim = info.annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
         spec = pod["spec"]
-        if claim:
-            volumes = spec.setdefault("volumes", [])
-            if not any(v.get("name") == naming.CHECKPOINT_VOLUME_NAME for v in volumes):
-                volumes.append(
-                    {"name": naming.CHECKPOINT_VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}}
-                )
-        for container in spec.get("containers") or []:
+        containers = spec.get("containers") or []
+        for container in containers:
             names = {e.get("name") for e in container.get("env") or []}
             container.setdefault("env", []).extend(e for e in env if e["name"] not in names)
-            if claim:
-                mounts = container.setdefault("volumeMounts", [])
-                if not any(m.get("mountPath") == directory for m in mounts):
-                    mounts.append({"name": naming.CHECKPOINT_VOLUME_NAME, "mountPath": directory})
+        if any(m.get("mountPath") == directory for c in containers for m in c.get("volumeMounts") or []):
+            return  # the template mounts something there itself
+        # The claim when there is one; else an emptyDir, so the directory is writable even with a
+        # read-only root filesystem (it survives container restarts, not a recreated pod).
+        source = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+        volumes = spec.setdefault("volumes", [])
+        if not any(v.get("name") == naming.CHECKPOINT_VOLUME_NAME for v in volumes):
+            volumes.append({"name": naming.CHECKPOINT_VOLUME_NAME, **source})
+        for container in containers:
+            container.setdefault("volumeMounts", []).append(
+                {"name": naming.CHECKPOINT_VOLUME_NAME, "mountPath": directory}
+            )
