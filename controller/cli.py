@@ -11,7 +11,7 @@ import typer
 
 app = typer.Typer(help="The kubetrain controller.", no_args_is_help=True)
 
-ALL_KINDS = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob")
+ALL_KINDS = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob")
 
 
 @app.command("run")
@@ -74,7 +74,11 @@ def run_command(
     from kubetrain.controller.runtimes import registry
 
     try:
-        kinds = tuple(registry.by_name(k).kind for k in enable_scheme) if enable_scheme else ALL_KINDS
+        kinds = (
+            tuple("TrainJob" if k.lower() == "trainjob" else registry.by_name(k).kind for k in enable_scheme)
+            if enable_scheme
+            else ALL_KINDS
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--enable-scheme") from None
     if log_format not in ("text", "json"):

@@ -19,6 +19,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -32,7 +33,17 @@ from kubetrain.controller.core.workqueue import WorkQueue
 from kubetrain.controller.kube import leader
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Informer, controller_owner_uid
-from kubetrain.controller.kube.resources import CRDS, PODS, SERVICES, Resource
+from kubetrain.controller.kube.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    CONFIGMAPS,
+    CRDS,
+    PODS,
+    SERVICES,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    Resource,
+)
+from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
 from kubetrain.controller.runtimes import registry
 from kubetrain.controller.runtimes.framework import PodPlugin
@@ -42,6 +53,8 @@ from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
 log = logging.getLogger("kubetrain.controller")
 
 V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
+TRAINJOB_CHILD_SELECTOR = naming.JOBSET_NAME  # and of TrainJobs
+TRAINJOB = "TrainJob"
 
 
 @dataclass
@@ -50,7 +63,7 @@ class Options:
 
     kubeconfig: str | None = None
     namespace: str | None = None
-    kinds: tuple[str, ...] = tuple(f.kind for f in registry.FRAMEWORKS.values())
+    kinds: tuple[str, ...] = (*(f.kind for f in registry.FRAMEWORKS.values()), TRAINJOB)
     workers: int = 4
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
@@ -109,9 +122,9 @@ class Manager:
         self.recorder = EventRecorder(self.kube, "kubetrain-controller")
         self.recorder.start()
         indexes = {OWNER_INDEX: controller_owner_uid}
-        common = {"namespace": options.namespace, "watch_timeout": options.watch_timeout}
-        pods = Informer(self.kube, PODS, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)  # type: ignore[arg-type]
-        services = Informer(self.kube, SERVICES, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)  # type: ignore[arg-type]
+        common: dict[str, Any] = {"namespace": options.namespace, "watch_timeout": options.watch_timeout}
+        pods = Informer(self.kube, PODS, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)
+        services = Informer(self.kube, SERVICES, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)
         self.informers += [pods, services]
         pod_groups = None
         if settings.gang is not None:
@@ -120,17 +133,20 @@ class Manager:
                     f"--gang-scheduler-name={options.gang_scheduler_name} needs the "
                     f"{settings.gang.resource} CRD; install the scheduler first"
                 )
-            pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)  # type: ignore[arg-type]
+            pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)
             self.informers.append(pod_groups)
         expectations = Expectations()
         for kind in options.kinds:
+            if kind == TRAINJOB:
+                await self._start_trainjobs(settings, expectations, pod_groups, common)
+                continue
             framework = registry.by_name(kind)
             if not await self._installed(framework.resource):
                 log.warning(
                     "%s is not installed (no CRD %s); not reconciling it", framework.kind, framework.resource
                 )
                 continue
-            jobs = Informer(self.kube, framework.resource, **common)  # type: ignore[arg-type]
+            jobs = Informer(self.kube, framework.resource, **common)
             reconciler = V1JobReconciler(
                 kube=self.kube,
                 framework=framework,
@@ -160,6 +176,49 @@ class Manager:
             "controller started: %s, %d workers each",
             ", ".join(r.name for r in self.runners),
             options.workers,
+        )
+
+    async def _start_trainjobs(
+        self,
+        settings: Settings,
+        expectations: Expectations,
+        pod_groups: Informer | None,
+        common: dict[str, Any],
+    ) -> None:
+        if not await self._installed(TRAINJOBS):
+            log.warning("TrainJob is not installed (no CRD %s); not reconciling it", TRAINJOBS)
+            return
+        assert self.recorder is not None
+        indexes = {OWNER_INDEX: controller_owner_uid}
+        trainjobs = Informer(self.kube, TRAINJOBS, **common)
+        runtimes = Informer(self.kube, TRAINING_RUNTIMES, **common)
+        cluster_runtimes = Informer(
+            self.kube, CLUSTER_TRAINING_RUNTIMES, watch_timeout=common["watch_timeout"]
+        )
+        snapshots = Informer(self.kube, CONFIGMAPS, label_selector=naming.TRAINJOB_RUNTIME_SNAPSHOT, **common)
+        pods = Informer(self.kube, PODS, label_selector=TRAINJOB_CHILD_SELECTOR, indexes=indexes, **common)
+        services = Informer(self.kube, SERVICES, label_selector=TRAINJOB_CHILD_SELECTOR, **common)
+        reconciler = TrainJobReconciler(
+            kube=self.kube,
+            trainjobs=trainjobs,
+            runtimes=runtimes,
+            cluster_runtimes=cluster_runtimes,
+            snapshots=snapshots,
+            pods=pods,
+            services=services,
+            expectations=expectations,
+            recorder=self.recorder,
+            settings=settings,
+        )
+        queue = WorkQueue(reconciler.name)
+        trainjobs.add_handler(reconciler.job_handler(queue.add))
+        for children in (pods, services, snapshots):
+            children.add_handler(reconciler.child_handler(queue.add))
+        for informer in (runtimes, cluster_runtimes):
+            informer.add_handler(reconciler.runtime_handler(queue.add))
+        self.informers += [trainjobs, runtimes, cluster_runtimes, snapshots, pods, services]
+        self.runners.append(
+            Runner(reconciler.name, queue, reconciler.reconcile, workers=self.options.workers)
         )
 
     async def stop(self) -> None:

@@ -18,6 +18,38 @@ LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
 LABEL_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
 LABEL_JOB_ROLE: Final = "training.kubeflow.org/job-role"
 
+# -- TrainJob pod labels: what JobSet and the Indexed Job controller would set --------------------
+JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID: Final = "jobset.sigs.k8s.io/jobset-uid"
+JOBSET_REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_REPLICATED_JOB_REPLICAS: Final = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOBSET_GLOBAL_REPLICAS: Final = "jobset.sigs.k8s.io/global-replicas"
+JOBSET_JOB_INDEX: Final = "jobset.sigs.k8s.io/job-index"
+JOBSET_JOB_GLOBAL_INDEX: Final = "jobset.sigs.k8s.io/job-global-index"
+JOBSET_JOB_KEY: Final = "jobset.sigs.k8s.io/job-key"
+JOBSET_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_GROUP_NAME: Final = "jobset.sigs.k8s.io/group-name"
+JOBSET_GROUP_REPLICAS: Final = "jobset.sigs.k8s.io/group-replicas"
+JOBSET_JOB_GROUP_INDEX: Final = "jobset.sigs.k8s.io/job-group-index"
+JOB_NAME: Final = "batch.kubernetes.io/job-name"
+JOB_NAME_LEGACY: Final = "job-name"
+JOB_CONTROLLER_UID: Final = "batch.kubernetes.io/controller-uid"
+JOB_CONTROLLER_UID_LEGACY: Final = "controller-uid"
+JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
+TRAINJOB_RUNTIME_SNAPSHOT: Final = "kubetrain.dev/runtime-snapshot-of"
+
+
+def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:
+    """The name JobSet gives a child Job: ``<trainjob>-<replicated job>-<job index>``."""
+    return f"{trainjob}-{replicated_job}-{job_index}"
+
+
+def trainjob_hostname(trainjob: str, replicated_job: str, job_index: int, pod_index: int) -> str:
+    """A TrainJob pod's stable hostname, as an Indexed Job sets it: ``<job name>-<completion index>``."""
+    return f"{trainjob_job_name(trainjob, replicated_job, job_index)}-{pod_index}"
+
+
 # -- kubetrain contracts --------------------------------------------------------------------------
 PREFIX: Final = "kubetrain.dev"
 ANNOTATION_CHECKPOINT_DIR: Final = "kubetrain.dev/checkpoint-dir"

@@ -74,8 +74,8 @@ class Jobs:
 
     @staticmethod
     def _resource(kind: str) -> tuple[str, str, str]:
-        if kind == "TrainJob":
-            return "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+        if kind in ("TrainJob", "TrainingRuntime"):
+            return "trainer.kubeflow.org", "v1alpha1", kind.lower() + "s"
         return "kubeflow.org", "v1", kind.lower() + "s"
 
     async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +124,25 @@ class Jobs:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
         listed = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
         return list(listed.items)
+
+    async def trainjob_pods(self, name: str, *, live: bool = True) -> list[client.V1Pod]:
+        listed = await self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+        )
+        return [p for p in listed.items if not (live and p.metadata.deletion_timestamp)]
+
+    async def wait_trainjob_pods(
+        self, name: str, count: int, *, phase: str | None = None, timeout: float = 30
+    ) -> list[client.V1Pod]:
+        async def probe() -> list[client.V1Pod] | None:
+            pods = await self.trainjob_pods(name)
+            if phase is not None:
+                pods = [p for p in pods if p.status.phase == phase]
+            return pods if len(pods) == count else None
+
+        return await eventually(
+            probe, timeout=timeout, what=f"{count} pods of TrainJob {name}" + (f" {phase}" if phase else "")
+        )
 
     async def services(self, job: str | None = None) -> list[client.V1Service]:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
@@ -221,4 +240,72 @@ def fails(code: int = 1, after: str = "1s", reason: str = "Error") -> dict[str, 
         "sim.kubetrain.dev/exit-code": str(code),
         "sim.kubetrain.dev/run-duration": after,
         "sim.kubetrain.dev/reason": reason,
+    }
+
+
+def training_runtime(
+    name: str,
+    *,
+    policy: str | None = "torch",
+    pod_annotations: dict[str, str] | None = None,
+    initializer: dict[str, str] | None = None,
+    backoff_limit: int | None = None,
+    **jobset_spec: Any,
+) -> dict[str, Any]:
+    """A namespaced TrainingRuntime with a trainer job ``node`` whose simulated pods behave as
+    ``pod_annotations`` say; ``initializer`` (pod annotations) adds a dataset initializer that the
+    trainer depends on (Complete)."""
+
+    def job(job_name: str, ancestor: str, annotations: dict[str, str] | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "template": {
+                "metadata": {"annotations": dict(annotations or {})},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": job_name if ancestor != "trainer" else "node",
+                            "image": "example.com/train:1",
+                        }
+                    ]
+                },
+            }
+        }
+        if backoff_limit is not None:
+            spec["backoffLimit"] = backoff_limit
+        return {
+            "name": job_name,
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
+                "spec": spec,
+            },
+        }
+
+    jobs = [job("node", "trainer", pod_annotations)]
+    if initializer is not None:
+        jobs.insert(0, job("dataset-initializer", "dataset-initializer", initializer))
+        jobs[1]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
+    spec: dict[str, Any] = {"template": {"spec": {"replicatedJobs": jobs, **jobset_spec}}}
+    if policy is not None:
+        spec["mlPolicy"] = {"numNodes": 1, policy: {}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": policy or "plain"}},
+        "spec": spec,
+    }
+
+
+def trainjob(
+    name: str,
+    runtime: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    kind: str = "TrainingRuntime",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {"runtimeRef": {"name": runtime, "kind": kind}, **spec},
     }

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from kubetrain.controller import metrics
 from kubetrain.controller.kube import errors
@@ -69,7 +69,7 @@ class Informer:
         field_selector: str | None = None,
         watch_timeout: int = 300,
         stall_timeout: float | None = None,
-        indexes: dict[str, IndexFunc] | None = None,
+        indexes: Mapping[str, IndexFunc] | None = None,
     ) -> None:
         self.kube = kube
         self.resource = resource

@@ -24,10 +24,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
-import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +39,11 @@ from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Informer
 from kubetrain.controller.kube.patch import merge_patch
-from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES, Resource
+from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
 from kubetrain.controller.reconcilers.observe import Observation, observe
+from kubetrain.controller.reconcilers.writes import ChildWriter
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import (
     Framework,
@@ -138,6 +138,7 @@ class V1JobReconciler:
             plugins.append(GangPlugin(settings.gang))
         self.plugins: list[PodPlugin] = [*plugins, *settings.extra_plugins]
         self.name = framework.kind.lower()
+        self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._last_write: dict[str, float] = {}
 
     # -- event handlers ------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ class V1JobReconciler:
     async def _run(self, ctx: _Pass) -> Result:
         kind, info, status = self.framework.kind, ctx.info, ctx.status
         obs = observe(info, ctx.pods)
-        await self._copy_report(info, obs)
+        await self.writer.copy_report(self.framework.resource, self.jobs, info.job, obs.report)
         new_restarts = self._count_restarts(status, obs)
         status["replicaStatuses"] = self._replica_statuses(info, obs)
         status.setdefault("startTime", ctx.stamp)
@@ -276,12 +277,12 @@ class V1JobReconciler:
         # the status, so a restart is on record before its pod goes.
         deferred = self._coalesce(ctx)
         await asyncio.gather(
-            self._create_all(info, SERVICES, work.create_services, track=False),
-            self._create_all(info, PODS, work.create_pods, track=True),
+            self.writer.create_all(info.job, SERVICES, work.create_services, track=False),
+            self.writer.create_all(info.job, PODS, work.create_pods, track=True),
             self._write_status(ctx) if deferred is None else asyncio.sleep(0),
         )
-        await self._delete_all(info, PODS, work.delete_pods)
-        await self._delete_all(info, SERVICES, work.delete_services)
+        await self.writer.delete_all(info.job, PODS, work.delete_pods)
+        await self.writer.delete_all(info.job, SERVICES, work.delete_services)
         if work.create_pods or work.delete_pods:
             log.info(
                 "job %s/%s: created %d pods and %d services, deleted %d pods",
@@ -414,7 +415,9 @@ class V1JobReconciler:
 
     async def _finished(self, ctx: _Pass) -> Result:
         # Rank 0's final report can land after the job finished (another replica failed first).
-        await self._copy_report(ctx.info, observe(ctx.info, ctx.pods))
+        await self.writer.copy_report(
+            self.framework.resource, self.jobs, ctx.info.job, observe(ctx.info, ctx.pods).report
+        )
         await self._cleanup(ctx, finished=True)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
@@ -454,8 +457,8 @@ class V1JobReconciler:
             for s in ctx.services
             if not s["metadata"].get("deletionTimestamp") and (everything or s["metadata"]["name"] in names)
         ]
-        await self._delete_all(info, PODS, doomed)
-        await self._delete_all(info, SERVICES, doomed_services)
+        await self.writer.delete_all(info.job, PODS, doomed)
+        await self.writer.delete_all(info.job, SERVICES, doomed_services)
         if self.settings.gang is not None:
             deleted = await self.kube.delete(self.settings.gang.resource, info.name, info.namespace)
             if deleted:
@@ -512,98 +515,6 @@ class V1JobReconciler:
         self.jobs.observe_write(updated)
         self._last_write[f"{meta['namespace']}/{meta['name']}"] = time.monotonic()
         log.info("job %s/%s status: %s", meta["namespace"], meta["name"], cond.state(status) or "-")
-
-    async def _create_all(self, info: JobInfo, resource: Resource, bodies: list[Obj], *, track: bool) -> None:
-        """Create children in parallel; one Event names every child created (and one each failure)."""
-        if not bodies:
-            return
-        key = f"{info.namespace}/{info.name}"
-        if track:
-            self.expectations.expect_creations(key, len(bodies))
-        limit = asyncio.Semaphore(self.settings.create_concurrency)
-        kind = resource.kind
-
-        async def create(body: Obj) -> str | None:
-            name: str = body["metadata"]["name"]
-            async with limit:
-                try:
-                    await self.kube.create(resource, body, info.namespace)
-                except errors.APIConflictError:
-                    if track:
-                        self.expectations.creation_observed(key)
-                    return None
-                except errors.APIError as exc:
-                    if track:
-                        self.expectations.creation_observed(key)
-                    self.recorder.event(
-                        info.job, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {exc.message}"
-                    )
-                    raise
-            return name
-
-        results = await asyncio.gather(*(create(b) for b in bodies), return_exceptions=True)
-        created = [r for r in results if isinstance(r, str)]
-        if created:
-            noun = kind.lower() + ("s" if len(created) > 1 else "")
-            self.recorder.event(
-                info.job, NORMAL, f"SuccessfulCreate{kind}", f"Created {noun}: {', '.join(created)}"
-            )
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
-
-    async def _delete_all(self, info: JobInfo, resource: Resource, objs: Iterable[Obj]) -> None:
-        """Delete children in parallel (each guarded by its uid); one Event names every child deleted."""
-        key = f"{info.namespace}/{info.name}"
-        targets = list(objs)
-        if not targets:
-            return
-
-        async def delete(obj: Obj) -> str | None:
-            meta = obj["metadata"]
-            if resource is PODS:
-                self.expectations.expect_deletion(key, meta["uid"])
-            gone = await self.kube.delete(resource, meta["name"], info.namespace, uid=meta["uid"])
-            if not gone and resource is PODS:
-                self.expectations.deletion_observed(key, meta["uid"])
-            return str(meta["name"]) if gone else None
-
-        deleted = [name for name in await asyncio.gather(*(delete(o) for o in targets)) if name]
-        if deleted:
-            noun = resource.kind.lower() + ("s" if len(deleted) > 1 else "")
-            self.recorder.event(
-                info.job, NORMAL, f"SuccessfulDelete{resource.kind}", f"Deleted {noun}: {', '.join(deleted)}"
-            )
-
-    async def _copy_report(self, info: JobInfo, obs: Observation) -> None:
-        """Copy rank 0's training report into the job's annotations (and an Event) when it changes."""
-        if obs.report is None:
-            return
-        text = json.dumps(obs.report, sort_keys=True, separators=(",", ":"))
-        if info.annotations.get(naming.ANNOTATION_TRAINING_REPORT) == text:
-            return
-        annotations = {naming.ANNOTATION_TRAINING_REPORT: text}
-        checkpoint = obs.report.get("last_checkpoint") or obs.report.get("checkpoint")
-        if checkpoint:
-            annotations[naming.ANNOTATION_LAST_CHECKPOINT] = str(checkpoint)
-        updated = await self.kube.patch(
-            self.framework.resource,
-            info.name,
-            {"metadata": {"annotations": annotations}},
-            namespace=info.namespace,
-        )
-        self.jobs.observe_write(updated)
-        info.job["metadata"] = updated[
-            "metadata"
-        ]  # our own copy: the status write must carry the new version
-        summary = ", ".join(f"{k}={v}" for k, v in sorted(obs.report.items()) if k != "metrics")
-        metrics_text = ", ".join(f"{k}={v}" for k, v in sorted((obs.report.get("metrics") or {}).items()))
-        self.recorder.event(
-            info.job,
-            NORMAL,
-            "TrainingReport",
-            f"rank 0 reported {summary}" + (f"; metrics: {metrics_text}" if metrics_text else ""),
-        )
 
     def _warn(self, info: JobInfo) -> None:
         for warning in dict.fromkeys(info.warnings):

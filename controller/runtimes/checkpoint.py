@@ -10,13 +10,13 @@ reported, so a recreated pod resumes from it) and ``KUBETRAIN_ATTEMPT``.
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.controller.runtimes.framework import JobInfo, Obj, env_value
+from kubetrain.controller.runtimes.framework import JobView, Obj, env_value
 
 
 class CheckpointPlugin:
     name = "checkpoint"
 
-    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
         directory = info.annotations.get(naming.ANNOTATION_CHECKPOINT_DIR)
         if not directory:
             return

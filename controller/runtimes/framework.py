@@ -184,6 +184,42 @@ class PodPlugin(Protocol):
     def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None: ...
 
 
+class JobView(Protocol):
+    """What the cross-kind plugins (checkpoint, GPU, gang) read of a job: a v1 ``JobInfo`` or a
+    TrainJob's build state alike."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def annotations(self) -> dict[str, str]: ...
+
+    @property
+    def run_policy(self) -> Obj: ...
+
+    @property
+    def replicas(self) -> dict[str, Replica]: ...
+
+    @property
+    def total_replicas(self) -> int: ...
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+    def owner_reference(self) -> Obj: ...
+
+
+class SharedPodPlugin(Protocol):
+    """A plugin that decorates the pods of every kind, v1 jobs and TrainJobs alike."""
+
+    name: str
+
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None: ...
+
+
 def job_info(job: Obj, framework: Framework) -> JobInfo:
     """Read a job's replica specs into a ``JobInfo`` with upstream's defaults, in the framework's order."""
     raw: Obj = (job.get("spec") or {}).get(framework.replica_field) or {}

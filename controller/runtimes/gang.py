@@ -26,7 +26,7 @@ from kubetrain.controller.kube.resources import (
     VOLCANO_POD_GROUPS,
     Resource,
 )
-from kubetrain.controller.runtimes.framework import JobInfo, Obj
+from kubetrain.controller.runtimes.framework import JobView, Obj
 
 NATIVE = "kubernetes"
 VOLCANO = "volcano"
@@ -61,12 +61,12 @@ class GangScheduler:
             return None
         return VOLCANO if self.volcano else self.name
 
-    def min_member(self, info: JobInfo) -> int:
+    def min_member(self, info: JobView) -> int:
         policy = info.run_policy.get("schedulingPolicy") or {}
         value = policy.get("minAvailable")
         return int(value) if value is not None else info.total_replicas
 
-    def min_resources(self, info: JobInfo) -> dict[str, str]:
+    def min_resources(self, info: JobView) -> dict[str, str]:
         policy = info.run_policy.get("schedulingPolicy") or {}
         if policy.get("minResources"):
             return {k: str(v) for k, v in policy["minResources"].items()}
@@ -84,7 +84,7 @@ class GangScheduler:
                         sums.setdefault(name, []).append(str(value))
         return {name: quantity.total(values) for name, values in sorted(sums.items())}
 
-    def pod_group(self, info: JobInfo) -> Obj:
+    def pod_group(self, info: JobView) -> Obj:
         """The desired PodGroup of a job."""
         policy = info.run_policy.get("schedulingPolicy") or {}
         spec: dict[str, Any]
@@ -132,7 +132,7 @@ class GangPlugin:
     def __init__(self, scheduler: GangScheduler) -> None:
         self.scheduler = scheduler
 
-    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
         spec = pod["spec"]
         if self.scheduler.native:
             spec["schedulingGroup"] = {"podGroupName": info.name}

@@ -11,7 +11,7 @@ it is reported as a warning on the job.
 from __future__ import annotations
 
 from kubetrain import naming, quantity
-from kubetrain.controller.runtimes.framework import JobInfo, Obj
+from kubetrain.controller.runtimes.framework import JobInfo, JobView, Obj
 
 
 def gpus_requested(template: Obj) -> int:
@@ -41,7 +41,7 @@ def lopsided_gpu_warning(info: JobInfo) -> str | None:
 class GpuPlugin:
     name = "gpu"
 
-    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
         if gpus_requested(pod) == 0:
             return
         tolerations = pod["spec"].setdefault("tolerations", [])

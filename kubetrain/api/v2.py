@@ -302,6 +302,13 @@ class TrainJobStatus(ApiModel):
     conditions: list[Condition] | None = Field(None, max_length=8)
     jobs_status: list[JobStatus] | None = Field(None, max_length=100)
     trainer_status: TrainerStatus | None = None
+    # kubetrain runs no JobSet, so JobSet's restart bookkeeping lives here (same names as JobSet's).
+    restarts: int | None = Field(
+        None, ge=0, description="Restart attempts made under the runtime's failurePolicy."
+    )
+    restarts_count_towards_max: int | None = Field(
+        None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
+    )
 
 
 class TrainJob(ApiModel):
@@ -443,6 +450,19 @@ class FailurePolicy(ApiModel):
     rules: list[FailurePolicyRule] | None = None
 
 
+class VolumeRetentionPolicy(ApiModel):
+    when_deleted: Literal["Delete", "Retain"] | None = None
+
+
+class VolumeClaimPolicy(ApiModel):
+    """Claims shared by the pods that mount a volume of the template's name (``<name>-<trainjob>``)."""
+
+    templates: list[dict[str, Any]] = Field(
+        json_schema_extra=k8s_ref("io.k8s.api.core.v1.PersistentVolumeClaimTemplate", array=True)
+    )
+    retention_policy: VolumeRetentionPolicy | None = None
+
+
 class JobSetSpec(ApiModel):
     replicated_jobs: Annotated[
         list[ReplicatedJob],
@@ -461,6 +481,7 @@ class JobSetSpec(ApiModel):
     failure_policy: FailurePolicy | None = None
     ttl_seconds_after_finished: int | None = Field(None, ge=0)
     suspend: bool | None = None
+    volume_claim_policies: list[VolumeClaimPolicy] | None = None
 
 
 class JobSetTemplate(ApiModel):

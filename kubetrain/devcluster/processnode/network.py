@@ -136,16 +136,20 @@ class Resolver:
 
         return _NAME.sub(replace, text), found
 
-    def waiting_for(self, text: str, namespace: str) -> list[str]:
-        """Names in ``text`` of services that exist but have no pod here yet (DNS would not answer yet)."""
+    def waiting_for(self, text: str, namespace: str, jobs: Iterable[str] = ()) -> list[str]:
+        """Names in ``text`` that DNS would not answer yet, but will: services that exist with no pod
+        here yet, and the peers of the pod's own training job (``jobs``), whose services may not
+        have reached this node's cache yet."""
         services = {
             s["metadata"]["name"] for s in self._services() if s["metadata"].get("namespace") == namespace
         }
+        peers = [re.compile(rf"^{re.escape(job)}-[a-z0-9-]*-\d+$") for job in jobs]
         pending = []
         for match in _NAME.finditer(text):
-            head = match[0].split(".")[0]
-            candidates = {head, *(match[0].split(".")[1:2])}  # "<svc>..." or "<host>.<subdomain-service>..."
-            if candidates & services and self.resolve(match[0], namespace) is None:
+            labels = match[0].split(".")
+            candidates = {labels[0], *labels[1:2]}  # "<svc>..." or "<host>.<subdomain-service>..."
+            peer = any(p.match(labels[0]) for p in peers)
+            if (candidates & services or peer) and self.resolve(match[0], namespace) is None:
                 pending.append(match[0])
         return pending
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kubetrain import naming
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.resources import PODS
 from kubetrain.devcluster.processnode import containers, env, network, volumes
@@ -273,7 +274,7 @@ class PodWorker:
             pending = [
                 n
                 for text in [*values.values(), *argv]
-                for n in self.agent.resolver.waiting_for(text, self.namespace)
+                for n in self.agent.resolver.waiting_for(text, self.namespace, self._jobs())
             ]
             if not pending or asyncio.get_running_loop().time() > deadline:
                 return self._build_run(spec, state, values, argv)
@@ -287,6 +288,11 @@ class PodWorker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.deleting.wait(), 0.5)
         return None
+
+    def _jobs(self) -> list[str]:
+        """The training job this pod belongs to (v1 job or TrainJob), whose peers it will look up."""
+        labels = self.pod["metadata"].get("labels") or {}
+        return [labels[k] for k in (naming.LABEL_JOB_NAME, naming.JOBSET_NAME) if k in labels]
 
     def _with_addresses(self) -> Obj:
         """The pod as its env sees it: with the IPs this node gave it, even before the status says so."""

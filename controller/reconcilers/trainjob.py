@@ -1,0 +1,592 @@
+"""Reconcile a TrainJob (trainer.kubeflow.org/v1alpha1) straight into pods.
+
+Upstream writes a JobSet and leaves the pods to two more controllers; kubetrain
+creates the pods itself (``reconcilers.jobset`` holds the JobSet and Job
+semantics), which is one controller to run, one cache to keep, and no lag
+between three reconcile loops. One pass, level-triggered, reading caches:
+
+1. skip TrainJobs another controller manages or that are being deleted;
+2. resolve the runtime: the snapshot ConfigMap ``<tj>-runtime-snapshot`` once
+   it exists (so editing or deleting a runtime never changes a running job),
+   else the live runtime, which is then snapshotted;
+3. build the pod sets (``runtimes.trainjob``) and let the ML policy wire them;
+4. a finished TrainJob: delete what still runs, delete the TrainJob once its
+   ``kubetrain.dev/ttl-seconds-after-finished`` has passed;
+5. suspended: delete the pods; resumed: restart the deadline clock;
+6. past ``spec.activeDeadlineSeconds``: Failed, reason ``DeadlineExceeded``;
+7. otherwise digest the pods into child Jobs and decide as JobSet would:
+   restart or fail on a failed Job, complete on success, else create the pods
+   whose dependencies are met;
+8. write the status, and requeue at the next deadline or TTL.
+
+docs/trainjob.md describes the behaviour for users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kubetrain import naming
+from kubetrain.api import v2
+from kubetrain.controller import metrics
+from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.core.runner import Result
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.client import KubeClient
+from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.patch import merge_patch
+from kubetrain.controller.kube.resources import (
+    CONFIGMAPS,
+    PODS,
+    SERVICES,
+    TRAINJOBS,
+)
+from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers.observe import termination_report
+from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
+from kubetrain.controller.reconcilers.writes import ChildWriter
+from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
+from kubetrain.controller.runtimes.framework import Obj, SharedPodPlugin
+from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
+from kubetrain.controller.runtimes.gpu import GpuPlugin
+from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build
+
+log = logging.getLogger("kubetrain.controller")
+
+COMPLETE = "Complete"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+RUNTIME_MISSING_RETRY = 10.0
+UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
+
+
+def snapshot_name(trainjob: str) -> str:
+    return f"{trainjob}-runtime-snapshot"
+
+
+# -- conditions (metav1.Condition: the State column shows the last one, so True ones go last) -------
+def find_condition(status: Obj, ctype: str) -> Obj | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+
+
+def is_true(status: Obj, ctype: str) -> bool:
+    condition = find_condition(status, ctype)
+    return condition is not None and condition.get("status") == "True"
+
+
+def is_finished(status: Obj) -> bool:
+    return is_true(status, COMPLETE) or is_true(status, FAILED)
+
+
+def set_condition(status: Obj, ctype: str, *, true: bool, reason: str, message: str, now: str) -> bool:
+    """Record a condition; returns whether it changed. Nothing changes once the job finished."""
+    if is_finished(status):
+        return False
+    value = "True" if true else "False"
+    existing = find_condition(status, ctype)
+    if existing is not None and existing.get("status") == value and existing.get("reason") == reason:
+        return False
+    transition = (
+        existing.get("lastTransitionTime")
+        if existing is not None and existing.get("status") == value
+        else None
+    )
+    entry = {
+        "type": ctype,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition or now,
+    }
+    kept = [c for c in status.get("conditions") or [] if c.get("type") != ctype] + [entry]
+    status["conditions"] = [c for c in kept if c["status"] != "True"] + [
+        c for c in kept if c["status"] == "True"
+    ]
+    return True
+
+
+@dataclass
+class _Pass:
+    job: Obj
+    status: Obj
+    original: Obj
+    pods: list[Obj]
+    now: dt.datetime
+
+    @property
+    def stamp(self) -> str:
+        return rfc3339(self.now)
+
+    @property
+    def key(self) -> str:
+        return f"{self.job['metadata']['namespace']}/{self.job['metadata']['name']}"
+
+
+class TrainJobReconciler:
+    name = "trainjob"
+
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        trainjobs: Informer,
+        runtimes: Informer,
+        cluster_runtimes: Informer,
+        snapshots: Informer,
+        pods: Informer,
+        services: Informer,
+        expectations: Expectations,
+        recorder: EventRecorder,
+        settings: Settings,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.kube = kube
+        self.trainjobs = trainjobs
+        self.runtimes = runtimes
+        self.cluster_runtimes = cluster_runtimes
+        self.snapshots = snapshots
+        self.pods = pods
+        self.services = services
+        self.expectations = expectations
+        self.recorder = recorder
+        self.settings = settings
+        self.clock = clock
+        self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
+        managed = set(settings.managed_by)
+        if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
+            managed.add(v2.MANAGED_BY_UPSTREAM)
+        self.managed_by = frozenset(managed)
+
+    # -- event handlers ------------------------------------------------------------------------------
+    def child_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+        """Pods, services and snapshots: settle expectations, enqueue the owning TrainJob."""
+
+        def handle(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            owner = next(
+                (
+                    r
+                    for r in obj["metadata"].get("ownerReferences") or []
+                    if r.get("controller") and r.get("kind") == "TrainJob"
+                ),
+                None,
+            )
+            if owner is None:
+                return
+            key = f"{obj['metadata']['namespace']}/{owner['name']}"
+            if obj.get("kind", "Pod") == "Pod" and "containers" in (obj.get("spec") or {}):
+                if old is None:
+                    self.expectations.creation_observed(key)
+                elif new is None:
+                    self.expectations.deletion_observed(key, obj["metadata"].get("uid", ""))
+            enqueue(key)
+
+        return handle
+
+    def job_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+        def handle(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            if new is None:
+                self.expectations.forget(key)
+            enqueue(key)
+
+        return handle
+
+    def runtime_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+        """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
+
+        def handle(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            kind, name = obj.get("kind"), obj["metadata"]["name"]
+            namespace = obj["metadata"].get("namespace")
+            for job in self.trainjobs.objects():
+                ref = job.get("spec", {}).get("runtimeRef") or {}
+                if ref.get("name") != name or (ref.get("kind") or "ClusterTrainingRuntime") != kind:
+                    continue
+                if namespace and job["metadata"]["namespace"] != namespace:
+                    continue
+                if self.snapshots.get(
+                    f"{job['metadata']['namespace']}/{snapshot_name(job['metadata']['name'])}"
+                ):
+                    continue
+                enqueue(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
+
+        return handle
+
+    # -- reconcile -------------------------------------------------------------------------------------
+    async def reconcile(self, key: str) -> Result:
+        cached = self.trainjobs.get(key)
+        if cached is None:
+            self.expectations.forget(key)
+            return Result()
+        if (cached.get("spec") or {}).get("managedBy") not in self.managed_by:
+            return Result()
+        if cached["metadata"].get("deletionTimestamp"):
+            return Result()
+        if not self.expectations.satisfied(key):
+            return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
+        job = {**cached, "metadata": copy.deepcopy(cached["metadata"])}
+        status = copy.deepcopy(cached.get("status") or {})
+        ctx = _Pass(
+            job=job,
+            status=status,
+            original=copy.deepcopy(status),
+            pods=self.pods.by_index(OWNER_INDEX, job["metadata"]["uid"]),
+            now=self.clock(),
+        )
+        runtime = await self._runtime(ctx)
+        if runtime is None:
+            await self._write_status(ctx)
+            return Result() if is_finished(status) else Result(requeue_after=RUNTIME_MISSING_RETRY)
+        try:
+            info = build(job, runtime)
+        except BuildError as exc:
+            self.recorder.event(job, WARNING, "TrainJobResourcesCreationFailed", str(exc))
+            log.warning("trainjob %s: %s", key, exc)
+            return Result(requeue_after=30.0)
+        if is_finished(status):
+            return await self._finished(ctx, info)
+        if (job.get("spec") or {}).get("suspend") is True:
+            await self._suspend(ctx, info)
+            return Result()
+        if is_true(status, SUSPENDED):
+            set_condition(
+                status, SUSPENDED, true=False, reason="Resumed", message="TrainJob is resumed", now=ctx.stamp
+            )
+            self.recorder.event(job, NORMAL, "Resumed", f"TrainJob {info.name} is resumed")
+        deadline = self._deadline(ctx)
+        if deadline is not None and deadline <= 0:
+            limit = job["spec"]["activeDeadlineSeconds"]
+            await self._finish(
+                ctx, info, False, "DeadlineExceeded", f"TrainJob exceeded its active deadline of {limit}s"
+            )
+            return self._ttl_result(ctx)
+        return Result.soonest(
+            await self._run(ctx, info), Result(requeue_after=deadline) if deadline is not None else Result()
+        )
+
+    async def _run(self, ctx: _Pass, info: TrainJobInfo) -> Result:
+        status = ctx.status
+        attempt = int(status.get("restarts") or 0)
+        obs = jobset.observe(info, ctx.pods, attempt)
+        await self._copy_report(info, obs)
+        status["jobsStatus"] = jobset.jobs_status(info, obs)
+        failed = next((j for j in obs.jobs if j.failed), None)
+        if failed is not None:
+            decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))
+            if not decision.restart:
+                await self._finish(ctx, info, False, decision.reason, decision.message)
+                return self._ttl_result(ctx)
+            status["restarts"] = attempt + 1
+            if decision.counts:
+                status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
+            metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
+            self.recorder.event(info.job, WARNING, "Restarting", decision.message)
+            log.info("trainjob %s restarting (attempt %d): %s", ctx.key, attempt + 1, decision.message)
+            await self._write_status(ctx)
+            await self.writer.delete_all(
+                info.job, PODS, [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
+            )
+            return Result()
+        if jobset.succeeded(info, obs):
+            await self._finish(
+                ctx, info, True, "AllJobsCompleted", f"TrainJob {info.name} completed: every job succeeded"
+            )
+            return self._ttl_result(ctx)
+
+        if obs.stale or obs.terminating_stale:
+            # Pods of an earlier restart attempt hold the hostnames; new pods wait until they are gone.
+            await self._write_status(ctx)
+            await self.writer.delete_all(info.job, PODS, obs.stale)
+            return Result()
+        creates = []
+        plugins = self._plugins(info)
+        for child in obs.jobs:
+            if child.complete or not jobset.depends_on_met(info, child.pod_set, obs):
+                continue
+            for index in child.missing():
+                retry = len(child.failed_pods.get(index, []))
+                creates.append(
+                    jobset.build_pod(
+                        info, child.pod_set, child.index, index, attempt=attempt, retry=retry, plugins=plugins
+                    )
+                )
+        if creates:
+            await self._prepare(info)
+        await asyncio.gather(
+            self.writer.create_all(info.job, PODS, creates, track=True),
+            self._write_status(ctx),
+        )
+        for warning in dict.fromkeys(info.warnings):
+            self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
+        if creates:
+            log.info("trainjob %s: created %d pods", ctx.key, len(creates))
+        return Result()
+
+    # -- the runtime -----------------------------------------------------------------------------------
+    async def _runtime(self, ctx: _Pass) -> Obj | None:
+        """The snapshot of the TrainJob's runtime, taken from the live runtime on first sight."""
+        meta = ctx.job["metadata"]
+        snapshot = self.snapshots.get(f"{meta['namespace']}/{snapshot_name(meta['name'])}")
+        if snapshot is not None and any(
+            r.get("uid") == meta["uid"] for r in snapshot["metadata"].get("ownerReferences") or []
+        ):
+            runtime: Obj = yaml.safe_load(snapshot.get("data", {}).get("runtime") or "{}")
+            return runtime
+        ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
+        group = ref.get("apiGroup") or v2.GROUP
+        kind = ref.get("kind") or "ClusterTrainingRuntime"
+        if group != v2.GROUP or kind not in ("TrainingRuntime", "ClusterTrainingRuntime"):
+            message = f"unsupported runtime: {kind}.{group}"
+            if set_condition(
+                ctx.status,
+                FAILED,
+                true=True,
+                reason="TrainingRuntimeNotSupported",
+                message=message,
+                now=ctx.stamp,
+            ):
+                self.recorder.event(ctx.job, WARNING, "TrainingRuntimeNotSupported", message)
+            return None
+        if is_finished(ctx.status):
+            return None
+        name = ref.get("name", "")
+        live = (
+            self.runtimes.get(f"{meta['namespace']}/{name}")
+            if kind == "TrainingRuntime"
+            else self.cluster_runtimes.get(name)
+        )
+        if live is None:
+            where = f" in namespace {meta['namespace']}" if kind == "TrainingRuntime" else ""
+            self.recorder.event(
+                ctx.job,
+                WARNING,
+                "TrainJobResourcesCreationFailed",
+                f"{kind} {name!r} not found{where}; create it (kubectl get clustertrainingruntimes lists "
+                "the installed ones) or fix spec.runtimeRef",
+            )
+            return None
+        runtime = {
+            "apiVersion": v2.API_VERSION,
+            "kind": kind,
+            "metadata": {"name": name, "labels": dict(live["metadata"].get("labels") or {})},
+            "spec": live.get("spec") or {},
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": snapshot_name(meta["name"]),
+                "namespace": meta["namespace"],
+                "labels": {naming.TRAINJOB_RUNTIME_SNAPSHOT: meta["name"]},
+                "ownerReferences": [_owner_reference(ctx.job)],
+            },
+            "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
+        }
+        try:
+            created = await self.kube.create(CONFIGMAPS, body, meta["namespace"])
+            self.snapshots.observe_write(created)
+            metrics.jobs_created.labels(meta["namespace"], _framework_of(runtime)).inc()
+            self.recorder.event(
+                ctx.job, NORMAL, "TrainJobCreated", f"TrainJob {meta['name']} uses {kind} {name}"
+            )
+        except errors.APIConflictError:
+            pass  # another pass took it first; it holds the same runtime
+        return runtime
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def _finish(
+        self, ctx: _Pass, info: TrainJobInfo, complete: bool, reason: str, message: str
+    ) -> None:
+        set_condition(
+            ctx.status,
+            COMPLETE if complete else FAILED,
+            true=True,
+            reason=reason,
+            message=message,
+            now=ctx.stamp,
+        )
+        counter = metrics.jobs_successful if complete else metrics.jobs_failed
+        counter.labels(info.namespace, _framework(info)).inc()
+        self.recorder.event(info.job, NORMAL if complete else WARNING, reason, message)
+        log.info("trainjob %s %s: %s", ctx.key, "complete" if complete else "failed", message)
+        await self._write_status(ctx)
+        await self._cleanup(ctx, info)
+
+    async def _finished(self, ctx: _Pass, info: TrainJobInfo) -> Result:
+        obs = jobset.observe(info, ctx.pods, int(ctx.status.get("restarts") or 0))
+        await self._copy_report(info, obs)  # rank 0's report can land after another pod failed the job
+        await self._cleanup(ctx, info)
+        await self._write_status(ctx)
+        ttl = self._ttl_result(ctx)
+        if ttl.requeue_after == 0:
+            meta = ctx.job["metadata"]
+            if await self.kube.delete(TRAINJOBS, meta["name"], meta["namespace"], uid=meta["uid"]):
+                metrics.jobs_deleted.labels(meta["namespace"], _framework(info)).inc()
+                self.recorder.event(
+                    ctx.job, NORMAL, "SuccessfulDeleteJob", f"Deleted TrainJob {meta['name']} (TTL)"
+                )
+            return Result()
+        return ttl
+
+    async def _cleanup(self, ctx: _Pass, info: TrainJobInfo) -> None:
+        """Delete the pods that still run (finished pods stay, for their logs) and the pod group."""
+        running = [
+            p
+            for p in ctx.pods
+            if not p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        await self.writer.delete_all(info.job, PODS, running)
+        gang = self._gang(info)
+        if gang is not None:
+            await self.kube.delete(gang.resource, info.name, info.namespace)
+
+    async def _suspend(self, ctx: _Pass, info: TrainJobInfo) -> None:
+        live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
+        obs = jobset.observe(info, [], int(ctx.status.get("restarts") or 0))
+        ctx.status["jobsStatus"] = jobset.jobs_status(info, obs, suspended=True)
+        if set_condition(
+            ctx.status,
+            SUSPENDED,
+            true=True,
+            reason="Suspended",
+            message="TrainJob is suspended",
+            now=ctx.stamp,
+        ):
+            self.recorder.event(info.job, NORMAL, "Suspended", f"TrainJob {info.name} is suspended")
+        await self._write_status(ctx)
+        await self.writer.delete_all(info.job, PODS, live)
+
+    def _deadline(self, ctx: _Pass) -> float | None:
+        """Seconds left before ``spec.activeDeadlineSeconds`` (the clock restarts on every resume)."""
+        limit = (ctx.job.get("spec") or {}).get("activeDeadlineSeconds")
+        if not limit:
+            return None
+        resumed = find_condition(ctx.status, SUSPENDED)
+        start = parse_time(
+            resumed.get("lastTransitionTime")
+            if resumed is not None and resumed.get("status") == "False"
+            else ctx.job["metadata"].get("creationTimestamp")
+        )
+        if start is None:
+            return None
+        return max(0.0, (start - ctx.now).total_seconds() + int(limit))
+
+    def _ttl_result(self, ctx: _Pass) -> Result:
+        ttl = (ctx.job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TTL_AFTER_FINISHED)
+        finished = find_condition(ctx.status, COMPLETE if is_true(ctx.status, COMPLETE) else FAILED)
+        if ttl is None or not ttl.isdigit() or finished is None:
+            return Result()
+        done = parse_time(finished.get("lastTransitionTime"))
+        if done is None:
+            return Result()
+        return Result(requeue_after=max(0.0, (done - ctx.now).total_seconds() + int(ttl)))
+
+    # -- children --------------------------------------------------------------------------------------
+    def _gang(self, info: TrainJobInfo) -> GangScheduler | None:
+        """The runtime's podGroupPolicy as a gang scheduler: coscheduling runs on the scheduler's
+        native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
+        policy = info.gang_policy
+        if policy == "volcano":
+            return GangScheduler("volcano")
+        if policy == "coscheduling":
+            if self.settings.gang is not None and self.settings.gang.native:
+                return self.settings.gang
+            trainer = info.trainer() or info.pod_sets[0]
+            return GangScheduler(
+                str(trainer.template.get("spec", {}).get("schedulerName") or "scheduler-plugins-scheduler")
+            )
+        return None
+
+    def _plugins(self, info: TrainJobInfo) -> list[SharedPodPlugin]:
+        plugins: list[SharedPodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+        gang = self._gang(info)
+        if gang is not None:
+            plugins.append(GangPlugin(gang))
+        return plugins
+
+    async def _prepare(self, info: TrainJobInfo) -> None:
+        """What must exist before pods: the headless Service, the ML policy's objects, the pod group."""
+        if self.services.get(f"{info.namespace}/{info.subdomain}") is None:
+            await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
+        for extra in info.extras:
+            if await self.kube.get(extra.resource, extra.name, info.namespace) is None:
+                body = extra.make()
+                body["metadata"]["namespace"] = info.namespace
+                await self.writer.create_all(info.job, extra.resource, [body], track=False)
+        gang = self._gang(info)
+        if gang is not None:
+            try:
+                await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
+            except errors.APIConflictError:
+                pass
+            except errors.APINotFoundError as exc:
+                raise errors.APIError(
+                    404,
+                    f"the runtime's podGroupPolicy needs {gang.resource}; install its scheduler or run the "
+                    "controller with --gang-scheduler-name=kubernetes",
+                ) from exc
+
+    async def _copy_report(self, info: TrainJobInfo, obs: jobset.Observation) -> None:
+        trainer = info.trainer()
+        if trainer is None:
+            return
+        rank0 = next((j for j in obs.jobs if j.pod_set is trainer and j.index == 0), None)
+        if rank0 is None:
+            return
+        candidates = [*rank0.failed_pods.get(0, []), *([rank0.live[0]] if 0 in rank0.live else [])]
+        report = None
+        for pod in candidates:
+            report = termination_report(pod, NODE) or report
+        await self.writer.copy_report(TRAINJOBS, self.trainjobs, info.job, report)
+
+    async def _write_status(self, ctx: _Pass) -> None:
+        if ctx.status == ctx.original:
+            return
+        meta = ctx.job["metadata"]
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": merge_patch(ctx.original, ctx.status),
+        }
+        updated = await self.kube.patch(
+            TRAINJOBS, meta["name"], body, namespace=meta["namespace"], subresource="status"
+        )
+        self.trainjobs.observe_write(updated)
+        ctx.job["metadata"] = updated["metadata"]
+        ctx.original = copy.deepcopy(ctx.status)
+        conditions = [c["type"] for c in ctx.status.get("conditions") or [] if c.get("status") == "True"]
+        log.info("trainjob %s status: %s", ctx.key, ",".join(conditions) or "running")
+
+
+def _owner_reference(job: Obj) -> Obj:
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _framework_of(runtime: Obj) -> str:
+    labels: dict[str, Any] = (runtime.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(v2.FRAMEWORK_LABEL) or "trainjob")
+
+
+def _framework(info: TrainJobInfo) -> str:
+    return _framework_of(info.runtime)

@@ -1,0 +1,359 @@
+"""What a TrainJob asks for, worked out from its runtime: the pod sets to run.
+
+A TrainJob names a runtime whose template is a JobSet: replicated jobs, each an
+Indexed Job of pods. kubetrain runs no JobSet or Job controller; this module
+turns TrainJob + runtime into ``PodSet``s (one per replicated job, in the
+runtime's order) the way upstream's pipeline does before it writes a JobSet:
+
+1. start from the runtime's JobSet spec and merge the ``runtimePatches`` (v2.2+)
+   or ``podTemplateOverrides`` (v2.1) into it;
+2. size each pod set: ``parallelism``, or for the trainer ``numNodes``;
+3. apply the TrainJob's trainer (image, command, args, env, resources per node)
+   and initializer settings to their containers;
+4. let the ML policy (``runtimes.mlpolicy``) add the env that wires ranks together.
+
+Everything is pure: the reconciler builds pods from the result. Errors a user
+must fix are ``BuildError``s whose message names the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubetrain import naming
+from kubetrain.api import v2
+from kubetrain.controller.kube.resources import PVCS, Resource
+from kubetrain.controller.kube.strategic import merge, upsert_env
+from kubetrain.controller.runtimes.framework import Obj, Replica
+
+TRAINER = "trainer"
+DATASET_INITIALIZER = "dataset-initializer"
+MODEL_INITIALIZER = "model-initializer"
+NODE = "node"
+DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job's default
+DEFAULT_RESTART_POLICY = "OnFailure"  # JobSet's default for its Jobs' pods
+
+
+class BuildError(ValueError):
+    """The TrainJob and its runtime do not make a runnable job; the message says which field to fix."""
+
+
+@dataclass
+class PodSet:
+    """One replicated job: ``replicas`` Indexed Jobs of ``count`` pods each, from one pod template."""
+
+    name: str
+    ancestor: str | None
+    replicas: int
+    count: int
+    template: Obj
+    job_spec: Obj
+    depends_on: list[Obj] = field(default_factory=list)
+
+    @property
+    def backoff_limit(self) -> int:
+        value = self.job_spec.get("backoffLimit")
+        return DEFAULT_BACKOFF_LIMIT if value is None else int(value)
+
+    @property
+    def restart_policy(self) -> str:
+        return str((self.template.get("spec") or {}).get("restartPolicy") or DEFAULT_RESTART_POLICY)
+
+    @property
+    def pods(self) -> int:
+        return self.replicas * self.count
+
+    def container(self, name: str) -> Obj | None:
+        for container in self.template.get("spec", {}).get("containers") or []:
+            if container.get("name") == name:
+                found: Obj = container
+                return found
+        return None
+
+
+@dataclass
+class Extra:
+    """An object the ML policy needs beside the pods (MPI's SSH Secret and hostfile ConfigMap).
+
+    ``make`` builds it only when it does not exist yet (an SSH key is generated once).
+    """
+
+    resource: Resource
+    name: str
+    make: Callable[[], Obj]
+
+
+@dataclass
+class TrainJobInfo:
+    """The shared build state of one TrainJob reconcile; pod plugins read it like a v1 ``JobInfo``."""
+
+    job: Obj
+    runtime: Obj
+    jobset: Obj
+    pod_sets: list[PodSet]
+    subdomain: str
+    warnings: list[str] = field(default_factory=list)
+    extras: list[Extra] = field(default_factory=list)
+
+    # -- what pod plugins (checkpoint, GPU, gang) read ---------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.job["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.job["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.job["metadata"]["uid"])
+
+    @property
+    def spec(self) -> Obj:
+        spec: Obj = self.job.get("spec") or {}
+        return spec
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        annotations: dict[str, str] = self.job["metadata"].get("annotations") or {}
+        return annotations
+
+    @property
+    def runtime_spec(self) -> Obj:
+        spec: Obj = self.runtime.get("spec") or {}
+        return spec
+
+    @property
+    def ml_policy(self) -> Obj:
+        policy: Obj = self.runtime_spec.get("mlPolicy") or {}
+        return policy
+
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        """The pod sets as v1-style replicas (the gang plugin sums resources over them)."""
+        return {s.name: Replica(s.name, s.pods, s.restart_policy, s.template) for s in self.pod_sets}
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(s.pods for s in self.pod_sets)
+
+    @property
+    def run_policy(self) -> Obj:
+        """The runtime's ``podGroupPolicy`` in v1 ``schedulingPolicy`` terms, for the gang plugin."""
+        policy = self.runtime_spec.get("podGroupPolicy") or {}
+        scheduling: Obj = {"minAvailable": self.total_replicas}
+        timeout = (policy.get("coscheduling") or {}).get("scheduleTimeoutSeconds")
+        if policy.get("coscheduling") is not None:
+            scheduling["scheduleTimeoutSeconds"] = 60 if timeout is None else timeout
+        queue = (
+            (self.jobset.get("metadata") or {}).get("annotations", {}).get("scheduling.volcano.sh/queue-name")
+        )
+        if queue:
+            scheduling["queue"] = queue
+        for pod_set in self.pod_sets:
+            priority = pod_set.template.get("spec", {}).get("priorityClassName")
+            if priority:
+                scheduling["priorityClass"] = priority
+                break
+        return {"schedulingPolicy": scheduling}
+
+    @property
+    def gang_policy(self) -> str | None:
+        policy = self.runtime_spec.get("podGroupPolicy") or {}
+        return next((k for k in ("coscheduling", "volcano") if policy.get(k) is not None), None)
+
+    def owner_reference(self) -> Obj:
+        return {
+            "apiVersion": self.job["apiVersion"],
+            "kind": self.job["kind"],
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    # -- what the ML policies read -----------------------------------------------------------------
+    def trainer(self) -> PodSet | None:
+        """The pod set the TrainJob's ``trainer`` applies to: labelled ancestor=trainer, else named ``node``."""
+        for pod_set in self.pod_sets:
+            if pod_set.ancestor == TRAINER:
+                return pod_set
+        return next((s for s in self.pod_sets if s.name == NODE), None)
+
+    def pod_set(self, name: str) -> PodSet | None:
+        return next((s for s in self.pod_sets if s.name == name), None)
+
+    def endpoint(self, pod_set: str, job_index: int = 0, pod_index: int = 0) -> str:
+        """The stable DNS name of one pod: ``<hostname>.<subdomain>``."""
+        return f"{naming.trainjob_hostname(self.name, pod_set, job_index, pod_index)}.{self.subdomain}"
+
+
+def resolve_patches(job: Obj, runtime: Obj) -> Obj:
+    """The runtime's JobSet template with the TrainJob's ``runtimePatches`` (or v2.1 overrides) merged in."""
+    template = copy.deepcopy((runtime.get("spec") or {}).get("template") or {})
+    jobset_spec: Obj = template.setdefault("spec", {})
+    known = [r.get("name") for r in jobset_spec.get("replicatedJobs") or []]
+    spec = job.get("spec") or {}
+    for i, patch in enumerate(spec.get("runtimePatches") or []):
+        patch_template = ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
+        for rjob in (patch_template.get("spec") or {}).get("replicatedJobs") or []:
+            if rjob.get("name") not in known:
+                raise BuildError(
+                    f"spec.runtimePatches[{i}] ({patch.get('manager')}) patches replicated job "
+                    f"{rjob.get('name')!r}, which runtime {_runtime_name(runtime)} does not have "
+                    f"(it has {', '.join(map(str, known))})"
+                )
+        template = merge(template, patch_template)
+    for i, override in enumerate(spec.get("podTemplateOverrides") or []):
+        pod_patch = {k: override[k] for k in ("metadata", "spec") if override.get(k)}
+        for target in override.get("targetJobs") or []:
+            rjobs = [
+                r for r in template["spec"].get("replicatedJobs") or [] if r.get("name") == target.get("name")
+            ]
+            if not rjobs:
+                raise BuildError(
+                    f"spec.podTemplateOverrides[{i}].targetJobs names {target.get('name')!r}, which runtime "
+                    f"{_runtime_name(runtime)} does not have (it has {', '.join(map(str, known))})"
+                )
+            job_spec = rjobs[0].setdefault("template", {}).setdefault("spec", {})
+            job_spec["template"] = merge(job_spec.get("template") or {}, pod_patch)
+    return template
+
+
+def _runtime_name(runtime: Obj) -> str:
+    return f"{runtime.get('kind', 'runtime')} {runtime.get('metadata', {}).get('name')}"
+
+
+def build(job: Obj, runtime: Obj) -> TrainJobInfo:
+    """Resolve a TrainJob against its runtime into pod sets (the ML policy has not run yet)."""
+    from kubetrain.controller.runtimes import mlpolicy  # the policies build on this module's types
+
+    jobset = resolve_patches(job, runtime)
+    jobset_spec = jobset.get("spec") or {}
+    spec = job.get("spec") or {}
+    trainer_spec = spec.get("trainer") or {}
+    ml_policy = (runtime.get("spec") or {}).get("mlPolicy")
+    pod_sets: list[PodSet] = []
+    for rjob in jobset_spec.get("replicatedJobs") or []:
+        job_template = rjob.get("template") or {}
+        job_spec = dict(job_template.get("spec") or {})
+        pod_template = copy.deepcopy(job_spec.pop("template", None) or {})
+        ancestor = ((job_template.get("metadata") or {}).get("labels") or {}).get(v2.ANCESTOR_LABEL)
+        count = int(job_spec.get("parallelism") or 1)
+        if ancestor == TRAINER:
+            if ml_policy is not None:
+                count = int(trainer_spec.get("numNodes") or ml_policy.get("numNodes") or 1)
+            elif trainer_spec.get("numNodes"):
+                count = int(trainer_spec["numNodes"])
+        replicas = 1 if ancestor else int(rjob.get("replicas") or 1)
+        pod_sets.append(
+            PodSet(
+                name=str(rjob["name"]),
+                ancestor=ancestor,
+                replicas=replicas,
+                count=count,
+                template=pod_template,
+                job_spec=job_spec,
+                depends_on=list(rjob.get("dependsOn") or []),
+            )
+        )
+    if not pod_sets:
+        raise BuildError(f"{_runtime_name(runtime)} has no spec.template.spec.replicatedJobs")
+    network = jobset_spec.get("network") or {}
+    info = TrainJobInfo(
+        job=job,
+        runtime=runtime,
+        jobset=jobset,
+        pod_sets=pod_sets,
+        subdomain=str(network.get("subdomain") or job["metadata"]["name"]),
+    )
+    _apply_initializers(info)
+    _apply_trainer(info)
+    _apply_volume_claims(info)
+    mlpolicy.apply(info)
+    return info
+
+
+def _apply_volume_claims(info: TrainJobInfo) -> None:
+    """JobSet's ``volumeClaimPolicies``: one claim ``<name>-<trainjob>`` per template, given to every
+    pod that mounts a volume of the template's name; deleted with the TrainJob unless retained."""
+    for policy in info.jobset.get("spec", {}).get("volumeClaimPolicies") or []:
+        owned = ((policy.get("retentionPolicy") or {}).get("whenDeleted") or "Delete") == "Delete"
+        for template in policy.get("templates") or []:
+            meta = template.get("metadata") or {}
+            volume = str(meta.get("name"))
+            claim = f"{volume}-{info.name}"
+            body: Obj = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {
+                    "name": claim,
+                    "labels": {**(meta.get("labels") or {}), naming.JOBSET_NAME: info.name},
+                    "annotations": dict(meta.get("annotations") or {}),
+                    **({"ownerReferences": [info.owner_reference()]} if owned else {}),
+                },
+                "spec": copy.deepcopy(template.get("spec") or {}),
+            }
+            info.extras.append(Extra(PVCS, claim, functools.partial(copy.deepcopy, body)))
+            for pod_set in info.pod_sets:
+                spec = pod_set.template.setdefault("spec", {})
+                containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                mounted = any(
+                    m.get("name") == volume for c in containers for m in c.get("volumeMounts") or []
+                )
+                if mounted and not any(v.get("name") == volume for v in spec.get("volumes") or []):
+                    spec.setdefault("volumes", []).append(
+                        {"name": volume, "persistentVolumeClaim": {"claimName": claim}}
+                    )
+
+
+def _apply_initializers(info: TrainJobInfo) -> None:
+    initializer = info.spec.get("initializer") or {}
+    for step, key in ((DATASET_INITIALIZER, "dataset"), (MODEL_INITIALIZER, "model")):
+        settings = initializer.get(key)
+        if not settings:
+            continue
+        pod_set = next((s for s in info.pod_sets if s.ancestor == step), None)
+        container = pod_set.container(step) if pod_set else None
+        if container is None:
+            raise BuildError(
+                f"spec.initializer.{key} is set but {_runtime_name(info.runtime)} has no {step} step "
+                f"(a replicated job labelled {v2.ANCESTOR_LABEL}={step} with a container named {step})"
+            )
+        env = list(settings.get("env") or [])
+        if settings.get("storageUri"):
+            env.insert(0, {"name": "STORAGE_URI", "value": settings["storageUri"]})
+        upsert_env(container, env)
+        if settings.get("secretRef"):
+            container.setdefault("envFrom", []).append({"secretRef": dict(settings["secretRef"])})
+
+
+def _apply_trainer(info: TrainJobInfo) -> None:
+    trainer = info.spec.get("trainer")
+    if not trainer:
+        return
+    pod_set = info.trainer()
+    container = pod_set.container(NODE) if pod_set else None
+    if container is None:
+        raise BuildError(
+            f"spec.trainer is set but {_runtime_name(info.runtime)} has no trainer step (a replicated job "
+            f"labelled {v2.ANCESTOR_LABEL}=trainer, or named node, with a container named node)"
+        )
+    targets = [container]
+    mpi = info.ml_policy.get("mpi") or {}
+    node_set = info.pod_set(NODE)
+    if mpi.get("runLauncherAsNode") and node_set is not None and node_set is not pod_set:
+        node_container = node_set.container(NODE)
+        if node_container is not None:
+            targets.append(node_container)  # MPI: env and resources reach the node pods as well
+    for key in ("image", "command", "args"):
+        if trainer.get(key) is not None:
+            container[key] = copy.deepcopy(trainer[key])
+    for target in targets:
+        if trainer.get("resourcesPerNode"):
+            target["resources"] = merge(target.get("resources") or {}, trainer["resourcesPerNode"])
+        if trainer.get("env"):
+            upsert_env(target, trainer["env"])

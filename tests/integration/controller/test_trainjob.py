@@ -1,0 +1,259 @@
+"""TrainJobs reconciled straight into pods on KWOK nodes: identity, JobSet semantics, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.support import HANG, Jobs, eventually, fails, runs_for, training_runtime, trainjob
+
+TJ = "TrainJob"
+
+
+def _conditions(job: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(c["type"], c["status"], c["reason"]) for c in (job.get("status") or {}).get("conditions") or []]
+
+
+def _env(pod: client.V1Pod) -> dict[str, Any]:
+    container = next(c for c in pod.spec.containers if c.name == "node")
+    return {
+        e.name: e.value if e.value is not None else e.value_from.field_ref.field_path for e in container.env
+    }
+
+
+async def test_pods_and_the_headless_service_have_the_identity_the_sdk_looks_for(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    await jobs.create(
+        trainjob("mnist", "torch", trainer={"numNodes": 2, "env": [{"name": "LR", "value": "0.1"}]})
+    )
+    pods = await jobs.wait_trainjob_pods("mnist", 2, phase="Running")
+    by_index = {p.metadata.labels["batch.kubernetes.io/job-completion-index"]: p for p in pods}
+    assert sorted(by_index) == ["0", "1"]
+    rank1 = by_index["1"]
+    assert rank1.metadata.name.startswith("mnist-node-0-1-")
+    assert (rank1.spec.hostname, rank1.spec.subdomain) == ("mnist-node-0-1", "mnist")
+    assert rank1.metadata.owner_references[0].kind == "TrainJob"
+    env = _env(rank1)
+    assert env["LR"] == "0.1"
+    assert (env["PET_NNODES"], env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == (
+        "2",
+        "mnist-node-0-0.mnist",
+        "29500",
+    )
+    assert env["PET_NODE_RANK"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    # What the kubeflow SDK selects a TrainJob's pods by.
+    selected = await core.list_namespaced_pod(
+        namespace,
+        label_selector="jobset.sigs.k8s.io/jobset-name=mnist,"
+        "jobset.sigs.k8s.io/replicatedjob-name in (dataset-initializer, model-initializer, launcher, node)",
+    )
+    assert len(selected.items) == 2
+    service = await core.read_namespaced_service("mnist", namespace)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+    assert service.spec.selector == {"jobset.sigs.k8s.io/jobset-name": "mnist"}
+    job = await eventually(lambda: _with_jobs_status(jobs, "mnist"), what="jobsStatus")
+    assert job["status"]["jobsStatus"] == [
+        {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    ]
+    assert _conditions(job) == [], "a running TrainJob has no condition (upstream has no Running)"
+
+
+async def _with_jobs_status(jobs: Jobs, name: str) -> dict[str, Any] | None:
+    job = await jobs.get(name, TJ)
+    statuses = ((job or {}).get("status") or {}).get("jobsStatus") or []
+    return job if statuses and statuses[0].get("ready") else None
+
+
+async def test_every_pod_succeeding_completes_the_trainjob(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=runs_for("2s")))
+    await jobs.create(trainjob("done", "torch", trainer={"numNodes": 2}))
+    job = await jobs.wait_condition("done", "Complete", kind=TJ)
+    assert _conditions(job)[-1] == ("Complete", "True", "AllJobsCompleted")
+    assert job["status"]["jobsStatus"][0]["succeeded"] == 1
+    assert len(await jobs.trainjob_pods("done")) == 2, "finished pods stay for their logs"
+
+
+async def test_a_failing_trainer_restarts_under_max_restarts_then_fails_with_the_reason(
+    controller: Any, jobs: Jobs
+) -> None:
+    runtime = training_runtime(
+        "flaky", pod_annotations=fails(code=3, after="1s"), backoff_limit=0, failurePolicy={"maxRestarts": 1}
+    )
+    await jobs.create(runtime)
+    await jobs.create(trainjob("flaky", "flaky", trainer={"numNodes": 2}))
+    job = await jobs.wait_condition("flaky", "Failed", kind=TJ, timeout=60)
+    [failed] = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "ReachedMaxRestarts"
+    assert "exited with code 3" in failed["message"] and "maxRestarts 1" in failed["message"]
+    assert job["status"]["restarts"] == 1
+    attempts = {
+        p.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] for p in await jobs.trainjob_pods("flaky")
+    }
+    assert attempts == {"1"}, "the first attempt's pods were deleted on restart"
+    reasons = [e[1] for e in await jobs.events("flaky")]
+    assert "Restarting" in reasons and "ReachedMaxRestarts" in reasons
+
+
+async def test_a_failed_pod_is_replaced_within_the_job_backoff_limit(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("never", pod_annotations=fails(code=1, after="1s"), backoff_limit=2))
+    await jobs.create(trainjob("retry", "never", trainer={"numNodes": 1}))
+    job = await jobs.wait_condition("retry", "Failed", kind=TJ, timeout=60)
+    assert _conditions(job)[-1][2] == "FailedJobs"
+    assert len(await jobs.trainjob_pods("retry")) == 3, "the first pod and two replacements (backoffLimit 2)"
+
+
+async def test_the_trainer_waits_for_its_initializer_to_complete(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("init", pod_annotations=runs_for("1s"), initializer=runs_for("3s")))
+    await jobs.create(trainjob("staged", "init", initializer={"dataset": {"storageUri": "hf://org/data"}}))
+    [init] = await jobs.wait_trainjob_pods("staged", 1, phase="Running")
+    assert init.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] == "dataset-initializer"
+    container = init.spec.containers[0]
+    assert {e.name: e.value for e in container.env}["STORAGE_URI"] == "hf://org/data"
+    await asyncio.sleep(1)
+    assert len(await jobs.trainjob_pods("staged")) == 1, (
+        "the trainer started before its initializer completed"
+    )
+    await jobs.wait_condition("staged", "Complete", kind=TJ, timeout=30)
+    names = sorted(
+        p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] for p in await jobs.trainjob_pods("staged")
+    )
+    assert names == ["dataset-initializer", "node"]
+
+
+async def test_suspend_deletes_the_pods_and_resume_recreates_them(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    await jobs.create(trainjob("paused", "torch", suspend=True, trainer={"numNodes": 2}))
+    job = await jobs.wait_condition("paused", "Suspended", kind=TJ)
+    assert job["status"]["jobsStatus"][0]["suspended"] == 1
+    assert not await jobs.trainjob_pods("paused")
+    await jobs.patch("paused", {"spec": {"suspend": False}}, kind=TJ)
+    await jobs.wait_trainjob_pods("paused", 2, phase="Running")
+    job = await jobs.wait_condition("paused", "Suspended", kind=TJ, status="False")
+    assert ("Suspended", "False", "Resumed") in _conditions(job)
+    await jobs.patch("paused", {"spec": {"suspend": True}}, kind=TJ)
+    await eventually(lambda: _none(jobs, "paused"), what="the suspended job's pods to go")
+
+
+async def _none(jobs: Jobs, name: str) -> bool:
+    return not await jobs.trainjob_pods(name)
+
+
+async def test_the_active_deadline_fails_the_job_on_time_and_deletes_its_pods(
+    controller: Any, jobs: Jobs
+) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    await jobs.create(trainjob("slow", "torch", activeDeadlineSeconds=4))
+    job = await jobs.wait_condition("slow", "Failed", kind=TJ, timeout=30)
+    assert _conditions(job)[-1] == ("Failed", "True", "DeadlineExceeded")
+    await eventually(lambda: _none(jobs, "slow"), what="the pods of the timed-out job to go")
+
+
+async def test_the_ttl_annotation_deletes_a_finished_trainjob(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=runs_for("1s")))
+    await jobs.create(
+        trainjob("brief", "torch", annotations={"kubetrain.dev/ttl-seconds-after-finished": "2"})
+    )
+    await jobs.wait_condition("brief", "Complete", kind=TJ)
+    await eventually(
+        lambda: _gone(jobs, "brief"), what="the TrainJob to be deleted after its TTL", timeout=20
+    )
+
+
+async def _gone(jobs: Jobs, name: str) -> bool:
+    return await jobs.get(name, TJ) is None
+
+
+async def test_the_runtime_is_snapshotted_so_deleting_it_does_not_break_the_job(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    await jobs.create(trainjob("kept", "torch", trainer={"numNodes": 2}))
+    await jobs.wait_trainjob_pods("kept", 2)
+    snapshot = await core.read_namespaced_config_map("kept-runtime-snapshot", namespace)
+    assert "replicatedJobs" in snapshot.data["runtime"]
+    assert snapshot.metadata.owner_references[0].kind == "TrainJob"
+    await jobs.delete("torch", "TrainingRuntime")
+    await jobs.patch("kept", {"spec": {"suspend": True}}, kind=TJ)
+    await eventually(lambda: _none(jobs, "kept"), what="the suspended job's pods to go")
+    await jobs.patch("kept", {"spec": {"suspend": False}}, kind=TJ)
+    await jobs.wait_trainjob_pods("kept", 2)
+
+
+async def test_a_missing_runtime_is_reported_and_the_job_starts_once_it_exists(
+    controller: Any, jobs: Jobs
+) -> None:
+    await jobs.create(trainjob("early", "later"))
+    _, _, message = await jobs.wait_event("early", "TrainJobResourcesCreationFailed")
+    assert "TrainingRuntime 'later' not found" in message
+    await jobs.create(training_runtime("later", pod_annotations=runs_for("1s")))
+    await jobs.wait_condition("early", "Complete", kind=TJ, timeout=30)
+
+
+async def test_runtime_patches_reach_the_pods(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    patch = {
+        "manager": "example.com/platform",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "metadata": {"labels": {"team": "vision"}},
+                                        "spec": {"serviceAccountName": "default", "priorityClassName": None},
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    await jobs.create(trainjob("patched", "torch", runtimePatches=[patch]))
+    [pod] = await jobs.wait_trainjob_pods("patched", 1)
+    assert pod.metadata.labels["team"] == "vision"
+
+
+async def test_trainjobs_managed_elsewhere_are_left_alone(controller: Any, jobs: Jobs) -> None:
+    await jobs.create(training_runtime("torch", pod_annotations=HANG))
+    await jobs.create(trainjob("remote", "torch", managedBy="kueue.x-k8s.io/multikueue"))
+    await asyncio.sleep(2)
+    assert not await jobs.trainjob_pods("remote")
+    job = await jobs.get("remote", TJ)
+    assert job is not None and not (job.get("status") or {}).get("conditions")
+
+
+async def test_an_unsupported_runtime_api_group_fails_the_job(controller: Any, jobs: Jobs) -> None:
+    job = trainjob("odd", "torch")
+    job["spec"]["runtimeRef"]["apiGroup"] = "example.com"
+    await jobs.create(job)
+    failed = await jobs.wait_condition("odd", "Failed", kind=TJ)
+    assert _conditions(failed)[-1] == ("Failed", "True", "TrainingRuntimeNotSupported")
+
+
+async def test_coscheduling_runs_as_a_native_gang(
+    start_controller: Any, jobs: Jobs, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    await start_controller(gang_scheduler_name="kubernetes")
+    runtime = training_runtime("gang", pod_annotations=HANG)
+    runtime["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 30}}
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    node["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    await jobs.create(runtime)
+    await jobs.create(trainjob("big", "gang", trainer={"numNodes": 3}))  # 24 GPUs; the cluster has 16
+    pods = await jobs.wait_trainjob_pods("big", 3)
+    assert all(p.spec.scheduling_group.pod_group_name == "big" for p in pods)
+    group = await custom.get_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", namespace, "podgroups", "big"
+    )
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+    await asyncio.sleep(4)
+    assert not any(p.spec.node_name for p in await jobs.trainjob_pods("big")), "part of the gang was placed"
