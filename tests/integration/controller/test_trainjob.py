@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from kubernetes_asyncio import client
 
+from tests.conftest import Kubectl
 from tests.support import HANG, Jobs, eventually, fails, runs_for, training_runtime, trainjob
 
 TJ = "TrainJob"
@@ -257,3 +259,30 @@ async def test_coscheduling_runs_as_a_native_gang(
     assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
     await asyncio.sleep(4)
     assert not any(p.spec.node_name for p in await jobs.trainjob_pods("big")), "part of the gang was placed"
+
+
+async def test_kubectl_lists_trainjobs_and_runtimes_with_useful_columns(
+    controller: Any, jobs: Jobs, kubectl: Kubectl, namespace: str
+) -> None:
+    runtime = training_runtime(f"listed-{namespace}", pod_annotations=runs_for("1s"))
+    runtime["kind"] = "ClusterTrainingRuntime"
+    kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    try:
+        await jobs.create(
+            trainjob(
+                "shown", runtime["metadata"]["name"], kind="ClusterTrainingRuntime", trainer={"numNodes": 2}
+            )
+        )
+        await jobs.wait_condition("shown", "Complete", kind=TJ)
+        out = kubectl("get", "trainjob,clustertrainingruntime", "-A").stdout
+        lines = out.splitlines()
+        trainjob_header = next(line for line in lines if line.startswith("NAMESPACE"))
+        assert trainjob_header.split() == ["NAMESPACE", "NAME", "STATE", "RUNTIME", "NODES", "AGE"]
+        row = next(line for line in lines if "trainjob.trainer.kubeflow.org/shown" in line).split()
+        assert row[2:5] == ["Complete", runtime["metadata"]["name"], "2"]
+        runtime_row = next(
+            line for line in lines if "clustertrainingruntime.trainer.kubeflow.org/listed-" in line
+        )
+        assert runtime_row.split()[1] == "torch"
+    finally:
+        kubectl("delete", "clustertrainingruntime", runtime["metadata"]["name"])
