@@ -13,9 +13,12 @@ Tests are marked by the directory they live in (unit/, integration/, e2e/), so
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,6 +32,12 @@ from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.support import ControllerHandle, Jobs
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The Airflow and KFP tests run in virtual environments of their own (make test runs them all).
+collect_ignore_glob = [
+    *([] if importlib.util.find_spec("airflow") else ["airflow/*"]),
+    *([] if importlib.util.find_spec("kfp") else ["kfp/*"]),
+]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -152,3 +161,37 @@ async def controller(start_controller: Any) -> ControllerHandle:
     """The controller with default options, for this test's namespace."""
     handle: ControllerHandle = await start_controller()
     return handle
+
+
+@pytest.fixture
+def controller_process(kubeconfig: Path, namespace: str, crds: None, tmp_path: Path) -> Iterator[Path]:
+    """The controller as a process of its own, for this namespace: for tests whose code blocks the
+    main thread (Airflow's dag.test(), kfp.local runs)."""
+    log = tmp_path / "controller.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubetrain",
+                "controller",
+                "run",
+                "--namespace",
+                namespace,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+            ],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while "controller started" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the controller did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    yield log
+    proc.terminate()
+    proc.wait(30)

@@ -1,0 +1,34 @@
+"""Train with a PyTorchJob and wait in the triggerer, freeing the worker slot."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from _local import IMAGE, NAMESPACE, TRAIN, placement
+
+try:
+    from airflow.sdk import dag
+except ImportError:  # Airflow 2
+    from airflow.decorators import dag  # type: ignore[no-redef]
+
+from kubetrain.operators import PyTorchJobOperator
+
+
+@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+def deferrable_training() -> None:
+    PyTorchJobOperator(
+        task_id="train",
+        namespace=NAMESPACE,
+        image=IMAGE,
+        command=[*TRAIN, "--steps=80", "--checkpoint-every=20"],
+        num_workers=2,
+        checkpoint_dir="/checkpoints",
+        deferrable=True,
+        status_interval=10,
+        ttl_seconds_after_finished=3600,
+        execution_timeout=dt.timedelta(minutes=15),
+        **placement(),
+    )
+
+
+deferrable_training()

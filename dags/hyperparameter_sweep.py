@@ -1,0 +1,42 @@
+"""A hyperparameter sweep with dynamic task mapping: one PyTorchJob per learning rate, then pick the best."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from _local import IMAGE, NAMESPACE, placement
+
+try:
+    from airflow.sdk import dag, task
+except ImportError:  # Airflow 2
+    from airflow.decorators import dag, task  # type: ignore[no-redef]
+
+from kubetrain.operators import PyTorchJobOperator
+
+LEARNING_RATES = [0.01, 0.05, 0.2]
+
+
+@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+def hyperparameter_sweep() -> None:
+    trained = PyTorchJobOperator.partial(
+        task_id="train",
+        namespace=NAMESPACE,
+        image=IMAGE,
+        command=["python", "examples/train_ddp.py"],
+        num_workers=0,
+        checkpoint_dir="/checkpoints",
+        status_interval=10,
+        **placement(),
+    ).expand(args=[[f"--lr={lr}", "--steps=60", "--checkpoint-every=30"] for lr in LEARNING_RATES])
+
+    @task
+    def best(results: list[dict[str, Any]]) -> dict[str, Any]:
+        winner = max(results, key=lambda r: r["metrics"]["accuracy"])
+        print(f"best run: {winner['name']} accuracy {winner['metrics']['accuracy']}")
+        return winner
+
+    best(trained.output)
+
+
+hyperparameter_sweep()

@@ -1,0 +1,258 @@
+"""The example DAGs run end to end with ``dag.test()`` against the dev cluster and its process node.
+
+``dag.test()`` runs tasks in this process and needs the main thread, so these tests are synchronous
+and the controller runs as a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import ssl
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.client import JobClient
+from kubetrain.devcluster.cluster import DevCluster
+from kubetrain.operators import JobTrigger, PyTorchJobOperator
+from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS, AirflowException
+from tests.airflow.conftest import REPO, load_dag
+from tests.support import HANG, pytorchjob, runs_for
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
+
+
+def _states(dag_run: Any) -> dict[str, str]:
+    return {
+        ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)
+        for ti in dag_run.get_task_instances()
+    }
+
+
+def _run(dag_id: str) -> Any:
+    dag, now = load_dag(dag_id), dt.datetime.now(dt.UTC)
+    return dag.test(logical_date=now) if AIRFLOW_V_3_0_PLUS else dag.test(execution_date=now)
+
+
+def _until(probe: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_train_then_evaluate_with_a_sensor(dag_namespace: str, sync_jobs: JobClient) -> None:
+    run = _run("train_and_evaluate")
+    assert _states(run) == {"train": "success", "wait": "success", "evaluate": "success"}, _states(run)
+    (job,) = sync_jobs.list(kind="PyTorchJob", namespace=dag_namespace)
+    labels = job["metadata"]["labels"]
+    assert (
+        labels["kubetrain.dev/dag-id"] == "train_and_evaluate" and labels["kubetrain.dev/task-id"] == "train"
+    )
+
+
+def test_deferrable_training(dag_namespace: str) -> None:
+    run = _run("deferrable_training")
+    assert _states(run) == {"train": "success"}, _states(run)
+    result = run.get_task_instance("train").xcom_pull(task_ids="train")
+    assert result["state"] == "Succeeded" and result["metrics"]["accuracy"] > 0.5
+
+
+def test_a_retry_resumes_from_the_checkpoint_of_the_failed_try(
+    dag_namespace: str, sync_jobs: JobClient
+) -> None:
+    sync_jobs.aio  # noqa: B018 - the claim is created through the core API of the same client
+    asyncio_claim = {
+        "metadata": {"name": "retry-with-resume"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    sync_jobs._run(sync_jobs.aio.core.create_namespaced_persistent_volume_claim(dag_namespace, asyncio_claim))
+    run = _run("retry_with_resume")
+    assert _states(run) == {"train": "success"}, _states(run)
+    result = run.get_task_instance("train").xcom_pull(task_ids="train")
+    assert result["attempt"] == 2
+    assert result["report"]["resumed_from_step"] == 40, result["report"]
+    jobs = sync_jobs.list(kind="PyTorchJob", namespace=dag_namespace)
+    attempts = sorted(
+        (j["metadata"]["annotations"]["kubetrain.dev/attempt"], j["status"]["conditions"][-1]["type"])
+        for j in jobs
+    )
+    assert attempts == [("1", "Failed"), ("2", "Succeeded")], "the retry must not reattach to the failed job"
+    assert len({j["metadata"]["labels"]["kubetrain.dev/lineage"] for j in jobs}) == 1
+
+
+def test_a_trainjob_trains_through_the_trainjob_operator(
+    dag_namespace: str, sync_jobs: JobClient, kubectl: Any
+) -> None:
+    kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
+    run = _run("trainjob_training")
+    assert _states(run) == {"train": "success"}, _states(run)
+    result = run.get_task_instance("train").xcom_pull(task_ids="train")
+    assert result["kind"] == "TrainJob" and result["state"] == "Succeeded"
+    assert result["metrics"]["accuracy"] > 0.5 and result["last_checkpoint"] == "/checkpoints/step-00000060"
+    (job,) = sync_jobs.list(kind="TrainJob", namespace=dag_namespace)
+    assert job["spec"]["trainer"]["numNodes"] == 2
+
+
+def test_a_hyperparameter_sweep_maps_one_job_per_value(dag_namespace: str) -> None:
+    run = _run("hyperparameter_sweep")
+    assert _states(run) == {
+        "train[0]": "success",
+        "train[1]": "success",
+        "train[2]": "success",
+        "best": "success",
+    }, _states(run)
+
+
+@dataclass
+class FakeTaskInstance:
+    """What the operator uses of a task instance, for driving ``execute`` and ``on_kill`` directly."""
+
+    dag_id: str = "kill_test"
+    task_id: str = "train"
+    run_id: str = "manual__kill"
+    map_index: int = -1
+    try_number: int = 1
+    start_date: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
+        return self.xcoms.get(key)
+
+
+def test_on_kill_deletes_the_job_and_leaves_no_pods(dag_namespace: str, sync_jobs: JobClient) -> None:
+    # Simulated pods that never end by themselves: only on_kill can stop this job.
+    manifest = pytorchjob("kill-me", workers=1, master_annotations=HANG, worker_annotations=HANG)
+    op = PyTorchJobOperator(
+        task_id="train", namespace=dag_namespace, job=manifest, get_logs=False, status_interval=1
+    )
+    outcome: dict[str, Any] = {}
+
+    def execute() -> None:
+        if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
+            from airflow.models.baseoperator import ExecutorSafeguard
+
+            ExecutorSafeguard._sentinel.callers = {}
+        try:
+            op.execute({"ti": FakeTaskInstance()})
+        except AirflowException as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+
+    def running() -> bool:
+        job = sync_jobs.get("PyTorchJob", "kill-me", dag_namespace)
+        return (
+            job is not None
+            and len([p for p in sync_jobs._run(sync_jobs.aio.pods(job)) if p.status.phase == "Running"]) == 2
+        )
+
+    _until(running, 60, "the job's pods to run")
+    op.on_kill()
+    thread.join(60)
+    assert "killed" in outcome.get("error", ""), outcome
+
+    def gone() -> bool:
+        pods = sync_jobs._run(sync_jobs.aio.core.list_namespaced_pod(dag_namespace)).items
+        return sync_jobs.get("PyTorchJob", "kill-me", dag_namespace) is None and not pods
+
+    _until(gone, 60, "the job and its pods to be gone")
+
+
+def _apiserver_requests(cluster: DevCluster, verb: str, resource: str) -> float:
+    state = cluster.load_state()
+    assert state is not None
+    request = urllib.request.Request(f"{state.server}/metrics")
+    request.add_header("Authorization", f"Bearer {cluster.pki.token('admin')}")
+    context = ssl.create_default_context(cafile=str(cluster.pki.ca_cert))
+    text = urllib.request.urlopen(request, context=context, timeout=30).read().decode()
+    pattern = re.compile(r"^apiserver_request_total\{(.*)\} ([0-9.e+]+)$")
+    total = 0.0
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if match and f'verb="{verb}"' in match[1] and f'resource="{resource}"' in match[1]:
+            total += float(match[2])
+    return total
+
+
+def _terminating_namespaces(jobs: JobClient) -> list[str]:
+    """Namespaces being deleted: the namespace controller lists every kind in them, which would count."""
+    namespaces = jobs._run(jobs.aio.core.list_namespace()).items
+    return [ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"]
+
+
+def test_a_hundred_deferred_waits_share_one_watch(
+    dag_namespace: str, sync_jobs: JobClient, dev_cluster: DevCluster, kubeconfig: Path
+) -> None:
+    count = 100
+    for i in range(count):
+        sync_jobs.create(
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": f"wait-{i:03d}"},
+                "spec": {
+                    "pytorchReplicaSpecs": {
+                        "Master": {
+                            "replicas": 1,
+                            "template": {
+                                "metadata": {"annotations": runs_for("5s")},
+                                "spec": {"containers": [{"name": "pytorch", "image": "img"}]},
+                            },
+                        }
+                    }
+                },
+            },
+            namespace=dag_namespace,
+        )
+    _until(lambda: not _terminating_namespaces(sync_jobs), 120, "earlier tests' namespaces to be gone")
+    watches_before = _apiserver_requests(dev_cluster, "WATCH", "pytorchjobs")
+    lists_before = _apiserver_requests(dev_cluster, "LIST", "pytorchjobs")
+    connection = {
+        "in_cluster": False,
+        "config_dict": None,
+        "config_file": str(kubeconfig),
+        "context": None,
+        "namespace": None,
+    }
+    triggers = [
+        JobTrigger(
+            kind="PyTorchJob",
+            name=f"wait-{i:03d}",
+            namespace=dag_namespace,
+            connection=connection,
+            status_interval=30,
+            get_logs=False,
+        )
+        for i in range(count)
+    ]
+
+    async def all_events() -> list[Any]:
+        async def first(trigger: JobTrigger) -> Any:
+            async for event in trigger.run():
+                return event.payload
+            return None
+
+        return await asyncio.wait_for(asyncio.gather(*(first(t) for t in triggers)), 180)
+
+    events = asyncio.run(all_events())  # one event loop, as in a triggerer
+    assert [e["status"] for e in events] == ["success"] * count
+    watches = _apiserver_requests(dev_cluster, "WATCH", "pytorchjobs") - watches_before
+    lists = _apiserver_requests(dev_cluster, "LIST", "pytorchjobs") - lists_before
+    # One list and one watch for all of them (a watch may be reopened once); one per trigger would be 100.
+    assert watches <= 2, f"{count} deferred waits opened {watches:.0f} watches"
+    assert lists <= 2, f"{count} deferred waits listed {lists:.0f} times"
