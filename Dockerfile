@@ -7,7 +7,7 @@ COPY kubetrain kubetrain
 COPY controller controller
 COPY operators operators
 COPY components components
-RUN pip install --no-cache-dir --prefix=/install ".[controller]"
+RUN pip install --no-cache-dir --prefix=/install ".[controller,kfp]"
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local

@@ -30,6 +30,42 @@ $(VENV)/.installed: pyproject.toml | $(UV)
 .PHONY: venv
 venv: $(VENV)/.installed ## Create the development virtual environment
 
+# The Airflow provider is tested under both supported Airflow lines, each in its
+# own environment (Airflow pins many packages, so it never shares .venv).
+AIRFLOW3_VENV := .venv-airflow
+AIRFLOW2_VENV := .venv-airflow2
+
+$(AIRFLOW3_VENV)/.installed: pyproject.toml | $(UV)
+	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
+	@test -x $(AIRFLOW3_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW3_VENV)
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4'
+	@touch $@
+
+$(AIRFLOW2_VENV)/.installed: pyproject.toml | $(UV)
+	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
+	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3'
+	@touch $@
+
+.PHONY: airflow-venvs
+airflow-venvs: $(AIRFLOW3_VENV)/.installed $(AIRFLOW2_VENV)/.installed ## Create the Airflow 3 and Airflow 2.11 test environments
+
+# KFP pins kubernetes<31, which the Airflow provider cannot live with: its own environment too.
+KFP_VENV := .venv-kfp
+
+$(KFP_VENV)/.installed: pyproject.toml | $(UV)
+	@echo ">> creating $(KFP_VENV) (kfp with the kubetrain components)"
+	@test -x $(KFP_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(KFP_VENV)
+	@$(UV) pip install -q --compile-bytecode -p $(KFP_VENV)/bin/python -e '.[kfp,controller,dev]'
+	@touch $@
+
+.PHONY: kfp-venv
+kfp-venv: $(KFP_VENV)/.installed ## Create the KFP environment
+
+.PHONY: components
+components: kfp-venv ## Recompile the KFP components' YAML under components/
+	@$(KFP_VENV)/bin/python -m kubetrain.components.compile
+
 .PHONY: build
 build: venv ## Build the control-plane binaries from Go modules (cached outside the repo)
 	@$(KUBETRAIN) dev build
@@ -66,15 +102,24 @@ lint: venv ## ruff and mypy --strict
 	@rm -rf build/typecheck && mkdir -p build/typecheck/kubetrain
 	@for f in kubetrain/*; do ln -s ../../../$$f build/typecheck/kubetrain/; done
 	@for d in controller operators components; do ln -s ../../../$$d build/typecheck/kubetrain/$$d; done
-	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.client -p kubetrain.devcluster -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.quantity -m kubetrain.naming
+	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.client -p kubetrain.devcluster -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.quantity -m kubetrain.naming -m kubetrain.components.launch
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
 
+# One fresh cluster serves all four test runs; its process node runs pods with
+# .venv's interpreter (torch), whichever environment the tests run in.
 .PHONY: test
-test: build lint ## Everything: lint, unit, integration and e2e tests on a fresh local cluster
-	@$(VENV)/bin/pytest $(PYTEST_ARGS)
+test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, e2e, Airflow and KFP tests on a fresh local cluster
+	@state=$$(mktemp -d -t kubetrain-test-XXXXXX); \
+	trap '$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null' EXIT; \
+	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 && \
+	export KUBETRAIN_TEST_CLUSTER="$$state" && \
+	echo ">> core tests" && $(VENV)/bin/pytest $(PYTEST_ARGS) && \
+	echo ">> Airflow 3 provider tests" && $(AIRFLOW3_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
+	echo ">> Airflow 2.11 provider tests" && $(AIRFLOW2_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
+	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS)
 
 .PHONY: demo
 demo: build ## Set up the local cluster and run the main job

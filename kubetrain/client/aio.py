@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import copy
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -129,6 +130,8 @@ class AsyncJobClient:
         if config_dict is not None:
             api = await config.new_client_from_config_dict(config_dict, context=context)
         else:
+            # $KUBECONFIG as it is now: the library reads it once, when it is first imported.
+            kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
             api = await config.new_client_from_config(config_file=kubeconfig, context=context)
         return cls(api, owns_api=True)
 

@@ -1,0 +1,323 @@
+"""What a KFP launcher step does: submit (or resume) a training job, wait for it, report it.
+
+The KFP components in ``kubetrain.components.launchers`` are thin: KFP embeds
+a component's source in the step, so each one only calls ``launch`` from the
+installed package, where the logic can be tested like any other code.
+
+Identity and retries: a step names its job through ``job_name`` (the lineage;
+pass something derived from ``dsl.PIPELINE_JOB_ID_PLACEHOLDER`` to make it
+unique per run). When the step runs again (``set_retry``, a re-run), the
+lineage's latest attempt decides: still running, it is reattached; succeeded,
+its result is reported again; failed, the next attempt is submitted with the
+same checkpoint dir and volume, so training resumes from the last checkpoint.
+A dead job is never waited on again.
+
+Cancellation: KFP stops a cancelled step's pod with SIGTERM; the job is then
+deleted, so nothing keeps training for a run nobody waits for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubetrain import naming
+from kubetrain.client import JobClient, builders, kinds
+from kubetrain.client.errors import InvalidJobError, JobTimeoutError
+
+Obj = dict[str, Any]
+STATUS_EVERY = 30.0  # seconds between status lines while waiting
+
+
+@dataclass
+class LaunchRequest:
+    """The launcher components' inputs, after KFP hands them over (empty values mean 'not given')."""
+
+    kind: str
+    job_name: str = ""
+    run_id: str = ""
+    namespace: str = ""
+    manifest: Mapping[str, Any] | None = None
+    image: str = ""
+    command: Sequence[str] | None = None
+    args: Sequence[str] | None = None
+    num_workers: int = 1
+    num_nodes: int = 1
+    runtime: str = ""
+    gpus: int = 0
+    resources: Mapping[str, Any] | None = None
+    env: Mapping[str, Any] | None = None
+    checkpoint_dir: str = ""
+    checkpoint_volume: str = ""
+    resume_from: str = ""
+    ttl_seconds_after_finished: int = -1
+    active_deadline_seconds: int = 0
+    backoff_limit: int = -1
+    wait_timeout: float = 0.0
+    node_selector: Mapping[str, str] | None = None
+    tolerations: Sequence[Obj] | None = None
+    working_dir: str = ""
+
+    def check(self) -> None:
+        """Reject bad inputs before anything is submitted, naming the input."""
+        if self.manifest:
+            given = [k for k in ("image", "command", "args", "runtime") if getattr(self, k)]
+            if given:
+                raise InvalidJobError(
+                    f"pass either manifest (a full job) or the convenience inputs, not both: {given}"
+                )
+        elif not self.image:
+            raise InvalidJobError("image is required when no manifest is given")
+        if self.kind == "TrainJob" and not self.manifest and not self.runtime:
+            raise InvalidJobError("runtime is required for a TrainJob, e.g. runtime='torch-distributed'")
+        if self.wait_timeout < 0:
+            raise InvalidJobError(f"wait_timeout must be 0 (no limit) or positive (got {self.wait_timeout})")
+        if self.resume_from and not self.checkpoint_dir and not self.manifest:
+            raise InvalidJobError(
+                "resume_from needs checkpoint_dir: where the job reads and writes checkpoints"
+            )
+
+    def lineage(self) -> str:
+        """The job name shared by every attempt of this step: ``job_name``, made unique per pipeline run
+        by ``run_id`` (pass ``dsl.PIPELINE_JOB_ID_PLACEHOLDER``)."""
+        base = str(self.job_name or (self.manifest or {}).get("metadata", {}).get("name") or "")
+        if not base:
+            base = f"kfp-{uuid.uuid4().hex[:8]}"  # no identity given: a retry cannot find this job again
+        if self.run_id:
+            base = f"{base[:30]}-{hashlib.sha1(self.run_id.encode()).hexdigest()[:8]}"
+        return naming.dns_label(base)
+
+    def build(self, name: str) -> Obj:
+        """The first attempt's manifest."""
+        body: Obj
+        if self.manifest:
+            body = json.loads(json.dumps(self.manifest))
+            body.setdefault("metadata", {})["name"] = name
+            if body.get("kind") and body["kind"] != self.kind:
+                raise InvalidJobError(f"manifest is a {body['kind']}; this launcher runs {self.kind}s")
+            body["kind"] = self.kind
+        else:
+            spec = builders.JobSpec(
+                name=name,
+                image=self.image,
+                command=list(self.command) if self.command else None,
+                args=list(self.args) if self.args else None,
+                env=dict(self.env) if self.env else None,
+                gpus=self.gpus,
+                resources=dict(self.resources) if self.resources else None,
+                checkpoint_dir=self.checkpoint_dir or None,
+                checkpoint_volume=self.checkpoint_volume or None,
+                ttl_seconds_after_finished=None
+                if self.ttl_seconds_after_finished < 0
+                else self.ttl_seconds_after_finished,
+                active_deadline_seconds=self.active_deadline_seconds or None,
+                backoff_limit=None if self.backoff_limit < 0 else self.backoff_limit,
+                node_selector=dict(self.node_selector) if self.node_selector else None,
+                tolerations=list(self.tolerations) if self.tolerations else None,
+                working_dir=self.working_dir or None,
+            )
+            if self.kind == "TrainJob":
+                body = builders.trainjob(spec, runtime=self.runtime, num_nodes=self.num_nodes)
+            else:
+                body = builders.pytorchjob(spec, num_workers=self.num_workers)
+        meta = body["metadata"]
+        meta.setdefault("labels", {})[naming.LABEL_LINEAGE] = self.lineage()
+        annotations = meta.setdefault("annotations", {})
+        annotations.setdefault(naming.ANNOTATION_ATTEMPT, "1")
+        if self.resume_from:
+            annotations[naming.ANNOTATION_LAST_CHECKPOINT] = self.resume_from
+        return body
+
+
+@dataclass
+class LaunchResult:
+    state: str
+    job_name: str
+    namespace: str
+    last_checkpoint: str
+    metrics: dict[str, float]
+    report: Obj
+
+
+def _log(message: str) -> None:
+    print(f"[kubetrain] {message}", flush=True)
+
+
+def launch(request: LaunchRequest, *, client: JobClient | None = None) -> LaunchResult:
+    """Submit or resume the request's job, wait for it, and return what it reported."""
+    request.check()
+    owned = client is None
+    jobs = client or JobClient.connect()
+    try:
+        namespace = request.namespace or _default_namespace()
+        job = _submit_or_resume(jobs, request, namespace)
+        return _wait(jobs, request, job)
+    finally:
+        if owned:
+            jobs.close()
+
+
+def _default_namespace() -> str:
+    """The step's own namespace in a cluster (its service account's), else ``default``."""
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return path.read_text().strip() if path.exists() else "default"
+
+
+def _submit_or_resume(jobs: JobClient, request: LaunchRequest, namespace: str) -> Obj:
+    lineage = request.lineage()
+    attempts = jobs.list(
+        kind=request.kind, namespace=namespace, label_selector=f"{naming.LABEL_LINEAGE}={lineage}"
+    )
+    latest = max(attempts, key=_attempt, default=None)
+    if latest is None:
+        body = request.build(naming.attempt_name(lineage, 1))
+        body["metadata"]["namespace"] = namespace
+        job = jobs.create(body)
+        _log(f"submitted {request.kind} {namespace}/{job['metadata']['name']}")
+        return job
+    state = kinds.state(latest)
+    name = latest["metadata"]["name"]
+    if state == "Failed":
+        job = jobs.resubmit(latest)
+        _log(
+            f"{name} failed before ({kinds.failure(latest)[0]}); submitted {job['metadata']['name']}, attempt "
+            f"{_attempt(job)}, resuming from {latest['metadata'].get('annotations', {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or 'the latest checkpoint'}"
+        )
+        return job
+    _log(f"reattached to {request.kind} {namespace}/{name} ({state})")
+    return latest
+
+
+def _attempt(job: Obj) -> int:
+    return int((job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_ATTEMPT, "1") or 1)
+
+
+def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
+    kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        _log(f"step cancelled: deleting {kind} {namespace}/{name}")
+        jobs.delete(kind, name, namespace)
+        sys.exit(143)
+
+    previous = (
+        signal.signal(signal.SIGTERM, on_sigterm)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
+    stop = threading.Event()
+    streamer = threading.Thread(target=_stream_logs, args=(jobs, job, stop), daemon=True)
+    streamer.start()
+    try:
+        final = _watch_until_finished(jobs, request, job)
+    finally:
+        stop.set()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    report = JobClient.report(final)
+    result = LaunchResult(
+        state=kinds.state(final),
+        job_name=name,
+        namespace=namespace,
+        last_checkpoint=str(
+            (final["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT)
+            or report.get("last_checkpoint")
+            or ""
+        ),
+        metrics={k: float(v) for k, v in (report.get("metrics") or {}).items() if isinstance(v, int | float)},
+        report=report,
+    )
+    jobs.check(final)  # a failed job raises JobFailedError: its reason and rank 0's last log lines
+    _log(
+        f"{kind} {name} {result.state}; last checkpoint {result.last_checkpoint or '-'}; metrics {result.metrics}"
+    )
+    return result
+
+
+def _watch_until_finished(jobs: JobClient, request: LaunchRequest, job: Obj) -> Obj:
+    """Watch the job until it finishes, with a status line (and why pods wait) every STATUS_EVERY seconds."""
+    kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
+    deadline = time.monotonic() + request.wait_timeout if request.wait_timeout else None
+    latest = job
+    while True:
+        window = STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
+        if window <= 0:
+            raise JobTimeoutError(
+                f"{kind} {namespace}/{name} did not finish within wait_timeout={request.wait_timeout:g}s; "
+                f"it is {kinds.state(latest)}{_pending(jobs, latest)}"
+            )
+        for current in jobs.watch(kind, name, namespace, timeout=window):
+            latest = current
+            if kinds.is_finished(current):
+                return current
+        _log(f"{kind} {name}: {kinds.state(latest)}{_pending(jobs, latest)}")
+
+
+def _pending(jobs: JobClient, job: Obj) -> str:
+    reasons = jobs.pending_reasons(job)
+    return f" (pending: {'; '.join(reasons)})" if reasons else ""
+
+
+def _stream_logs(jobs: JobClient, job: Obj, stop: threading.Event) -> None:
+    """Rank 0's log lines into the step's log, until the job ends (best effort)."""
+    try:
+        for line in jobs.follow_logs(job):
+            if stop.is_set():
+                return
+            print(f"[{job['metadata']['name']}] {line.rstrip()}", flush=True)
+    except Exception as exc:
+        _log(f"log streaming stopped: {exc}")
+
+
+def write_model(path: str, result: LaunchResult, request: LaunchRequest) -> dict[str, Any]:
+    """The Model artifact's content: where the final checkpoint lives (claim and path)."""
+    pointer = {
+        "checkpoint": result.last_checkpoint,
+        "volume": request.checkpoint_volume,
+        "job": f"{result.namespace}/{result.job_name}",
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(pointer, indent=2))
+    return pointer
+
+
+def with_task_config(inputs: dict[str, Any], task_config: Any) -> dict[str, Any]:
+    """Inputs with the pipeline's task config (resources, env, node selector, tolerations) merged in;
+    inputs given explicitly win."""
+    if task_config is None:
+        return inputs
+    merged = dict(inputs)
+    resources = getattr(task_config, "resources", None)
+    if resources and not merged.get("resources"):
+        merged["resources"] = {k: v for k, v in resources.items() if k in ("requests", "limits")}
+    env = getattr(task_config, "env", None)
+    if env:
+        from_task = {e["name"]: e.get("value", "") for e in env if isinstance(e, Mapping) and "name" in e}
+        merged["env"] = {**from_task, **(merged.get("env") or {})}
+    for key in ("node_selector", "tolerations"):
+        value = getattr(task_config, key, None)
+        if value and not merged.get(key):
+            merged[key] = value
+    return merged
+
+
+def run_component(kind: str, inputs: dict[str, Any]) -> tuple[str, str, str]:
+    """The body of a launcher component: ``inputs`` are its parameters, artifacts included."""
+    metrics, model = inputs.pop("metrics"), inputs.pop("model")
+    inputs = with_task_config(inputs, inputs.pop("task_config", None))
+    request = LaunchRequest(kind=kind, **inputs)
+    result = launch(request)
+    for key, value in sorted(result.metrics.items()):
+        metrics.log_metric(key, value)
+    pointer = write_model(model.path, result, request)
+    model.metadata.update({k: v for k, v in pointer.items() if v})
+    return result.state, result.job_name, result.last_checkpoint

@@ -1,0 +1,103 @@
+"""KFP v2 components that launch and track a PyTorchJob or a TrainJob.
+
+Each component runs in the kubetrain image (``KUBETRAIN_COMPONENT_IMAGE`` at
+compile time overrides it) and blocks until its job finishes: KFP has no
+sensors, so the step's lifetime is the job's. The work is done by
+``kubetrain.components.launch``; this module only declares the inputs and
+outputs (KFP embeds a component's source, so everything it uses is imported
+inside the function).
+
+Outputs: ``state``, ``job_name`` and ``last_checkpoint`` as values, the
+training report's metrics as a ``Metrics`` artifact, and a ``Model`` artifact
+pointing at the final checkpoint (claim and path). The TrainJob launcher takes
+the step's resources, env, node selector and tolerations from the pipeline
+(``set_cpu_limit``, ``set_accelerator_limit``...) through KFP's task config
+passthrough and gives them to the trainer nodes.
+"""
+
+import os
+from typing import NamedTuple, Optional
+
+from kfp import dsl
+from kfp.dsl import Metrics, Model, Output, TaskConfig
+
+IMAGE = os.environ.get("KUBETRAIN_COMPONENT_IMAGE", "kubetrain/kubetrain:0.1.0")
+
+_TASK_CONFIG = [
+    dsl.TaskConfigField.RESOURCES,
+    dsl.TaskConfigField.ENV,
+    dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+    dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+]
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def pytorchjob_launcher(
+    metrics: Output[Metrics],
+    model: Output[Model],
+    job_name: str = "",
+    run_id: str = "",
+    namespace: str = "",
+    manifest: Optional[dict] = None,
+    image: str = "",
+    command: Optional[list] = None,
+    args: Optional[list] = None,
+    num_workers: int = 1,
+    gpus: int = 0,
+    resources: Optional[dict] = None,
+    env: Optional[dict] = None,
+    checkpoint_dir: str = "",
+    checkpoint_volume: str = "",
+    resume_from: str = "",
+    ttl_seconds_after_finished: int = -1,
+    active_deadline_seconds: int = 0,
+    backoff_limit: int = -1,
+    wait_timeout: float = 0.0,
+    node_selector: Optional[dict] = None,
+    tolerations: Optional[list] = None,
+    working_dir: str = "",
+) -> NamedTuple("Outputs", [("state", str), ("job_name", str), ("last_checkpoint", str)]):
+    """Run a PyTorchJob (a Master and ``num_workers`` Workers) and wait for it."""
+    inputs = dict(locals())
+    from collections import namedtuple
+
+    from kubetrain.components.launch import run_component
+
+    outputs = namedtuple("Outputs", ["state", "job_name", "last_checkpoint"])
+    return outputs(*run_component("PyTorchJob", inputs))
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False, task_config_passthroughs=_TASK_CONFIG)
+def trainjob_launcher(
+    metrics: Output[Metrics],
+    model: Output[Model],
+    task_config: TaskConfig,
+    runtime: str = "",
+    job_name: str = "",
+    run_id: str = "",
+    namespace: str = "",
+    manifest: Optional[dict] = None,
+    image: str = "",
+    command: Optional[list] = None,
+    args: Optional[list] = None,
+    num_nodes: int = 1,
+    gpus: int = 0,
+    resources: Optional[dict] = None,
+    env: Optional[dict] = None,
+    checkpoint_dir: str = "",
+    checkpoint_volume: str = "",
+    resume_from: str = "",
+    ttl_seconds_after_finished: int = -1,
+    active_deadline_seconds: int = 0,
+    wait_timeout: float = 0.0,
+    node_selector: Optional[dict] = None,
+    tolerations: Optional[list] = None,
+) -> NamedTuple("Outputs", [("state", str), ("job_name", str), ("last_checkpoint", str)]):
+    """Run a TrainJob on a (Cluster)TrainingRuntime and wait for it."""
+    inputs = dict(locals())
+    from collections import namedtuple
+
+    from kubetrain.components.launch import run_component
+
+    outputs = namedtuple("Outputs", ["state", "job_name", "last_checkpoint"])
+    return outputs(*run_component("TrainJob", inputs))

@@ -1,0 +1,209 @@
+"""The KFP launcher components: compiled YAML kept fresh, and real runs through kfp.local on the dev cluster.
+
+kfp.local runs each step as a subprocess of this test (``SubprocessRunner(use_venv=False)``), in
+this environment, so the steps talk to the dev cluster through ``KUBECONFIG``; the controller runs
+as a process of its own, and the training pods run on the process node.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kfp import local
+
+from kubetrain.client import JobClient
+from kubetrain.client.errors import InvalidJobError, JobFailedError
+from kubetrain.components import compile as compile_components
+from kubetrain.components.launch import LaunchRequest, launch
+from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
+from tests.conftest import REPO, Kubectl
+
+pytestmark = pytest.mark.usefixtures("controller_process")
+
+PLACEMENT = {
+    "node_selector": {"kubetrain.dev/process-node": "true"},
+    "tolerations": [{"key": "kubetrain.dev/process-node", "operator": "Exists", "effect": "NoSchedule"}],
+}
+TRAIN = ["python", "examples/train_ddp.py", "--checkpoint-every=20"]
+
+
+def _example_pipeline() -> Any:
+    spec = importlib.util.spec_from_file_location("kfp_pipeline", REPO / "examples" / "kfp_pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def kfp_env(kubeconfig: Path, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """kfp.local, with its steps pointed at the dev cluster and this test's namespace."""
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("KUBETRAIN_NAMESPACE", namespace)
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "outputs"))
+    return tmp_path
+
+
+@pytest.fixture
+def jobs(kubeconfig: Path) -> Iterator[JobClient]:
+    with JobClient.connect(kubeconfig=str(kubeconfig)) as client:
+        yield client
+
+
+def claim(kubectl: Kubectl, namespace: str, name: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(body))
+
+
+def test_the_committed_component_yaml_is_what_the_components_compile_to(tmp_path: Path) -> None:
+    for path in compile_components.compile_all(tmp_path):
+        committed = REPO / "components" / path.name
+        assert committed.read_text() == path.read_text(), (
+            f"components/{path.name} is stale: run python -m kubetrain.components.compile"
+        )
+
+
+def test_the_example_pipeline_compiles(tmp_path: Path) -> None:
+    from kfp import compiler
+
+    target = tmp_path / "pipeline.yaml"
+    compiler.Compiler().compile(_example_pipeline().digits_pipeline, str(target))
+    text = target.read_text()
+    assert "pytorchjob-launcher" in text and "trainjob-launcher" in text and "evaluate" in text
+
+
+def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str) -> None:
+    with pytest.raises(InvalidJobError, match="runtime is required"):
+        launch(LaunchRequest(kind="TrainJob", image="example.com/train:1", namespace=namespace))
+    with pytest.raises(InvalidJobError, match="image is required"):
+        launch(LaunchRequest(kind="PyTorchJob", namespace=namespace))
+    with pytest.raises(InvalidJobError, match="resume_from needs checkpoint_dir"):
+        launch(LaunchRequest(kind="PyTorchJob", image="x", resume_from="/c/step-1", namespace=namespace))
+    with pytest.raises(InvalidJobError, match="num_workers"):
+        launch(LaunchRequest(kind="PyTorchJob", image="x", num_workers=-1, namespace=namespace))
+    # Through KFP: the step fails before anything is submitted.
+    with pytest.raises(RuntimeError, match="FAILURE"):
+        pytorchjob_launcher(namespace=namespace, image="")
+
+
+def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_checkpoint(
+    kfp_env: Path, namespace: str, kubectl: Kubectl, jobs: JobClient
+) -> None:
+    kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
+    claim(kubectl, namespace, "kfp-digits-checkpoints")
+    pipeline = _example_pipeline()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_env / "outputs"))
+    run = pipeline.digits_pipeline(
+        namespace=namespace, first_steps="40", total_steps="80", wait_timeout=300.0
+    )
+    assert run is not None
+    (first,) = jobs.list(kind="PyTorchJob", namespace=namespace)
+    (second,) = jobs.list(kind="TrainJob", namespace=namespace)
+    first_report = JobClient.report(first)
+    second_report = JobClient.report(second)
+    assert first_report["step"] == 40 and second_report["step"] == 80
+    assert second_report["resumed_from_step"] == 40, "the TrainJob continued from the PyTorchJob's checkpoint"
+    assert second_report["metrics"]["accuracy"] > 0.5
+
+
+def test_the_trainjob_launcher_emits_its_metrics_and_model(
+    kfp_env: Path, namespace: str, kubectl: Kubectl
+) -> None:
+    kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
+    task = trainjob_launcher(
+        runtime="torch-distributed-local",
+        job_name="tj",
+        namespace=namespace,
+        image="kubetrain/kubetrain:0.1.0",
+        command=["torchrun", "examples/train_ddp.py", "--checkpoint-every=20"],
+        args=["--steps=40"],
+        num_nodes=1,
+        checkpoint_dir="/checkpoints",
+    )
+    assert task.outputs["state"] == "Succeeded"
+    assert task.outputs["last_checkpoint"] == "/checkpoints/step-00000040"
+    assert task.outputs["metrics"].metadata["accuracy"] > 0.3
+    model = task.outputs["model"]
+    assert json.loads(Path(model.path).read_text())["checkpoint"] == "/checkpoints/step-00000040"
+
+
+def test_a_failing_job_fails_the_step_with_its_reason(kfp_env: Path, namespace: str) -> None:
+    request = LaunchRequest(
+        kind="PyTorchJob",
+        job_name="broken",
+        namespace=namespace,
+        image="kubetrain/kubetrain:0.1.0",
+        command=[*TRAIN, "--steps=40", "--fail-at-step=5"],
+        num_workers=0,
+        backoff_limit=0,
+        working_dir=str(REPO),
+        **PLACEMENT,
+    )
+    with pytest.raises(JobFailedError) as failed:
+        launch(request)
+    assert failed.value.reason == "BackoffLimitExceeded"
+    assert "injected failure step=5" in failed.value.logs
+
+
+def test_a_retried_step_resumes_the_failed_attempt_from_its_checkpoint(
+    kfp_env: Path, namespace: str, kubectl: Kubectl, jobs: JobClient
+) -> None:
+    claim(kubectl, namespace, "ckpt")
+    request = LaunchRequest(
+        kind="PyTorchJob",
+        job_name="resumable",
+        run_id="run-1",
+        namespace=namespace,
+        image="kubetrain/kubetrain:0.1.0",
+        command=[*TRAIN, "--steps=60", "--fail-at-step=50", "--fail-on-attempt=1"],
+        num_workers=0,
+        backoff_limit=0,
+        checkpoint_dir="/checkpoints",
+        checkpoint_volume="ckpt",
+        working_dir=str(REPO),
+        **PLACEMENT,
+    )
+    with pytest.raises(JobFailedError):
+        launch(request)
+    result = launch(request)  # what set_retry does: the same step, the same inputs
+    assert result.state == "Succeeded"
+    assert result.report["attempt"] == "2" and result.report["resumed_from_step"] == 40
+    attempts = sorted(j["metadata"]["name"] for j in jobs.list(kind="PyTorchJob", namespace=namespace))
+    assert len(attempts) == 2 and attempts[0].endswith("-a1") and attempts[1].endswith("-a2")
+
+
+def test_a_cancelled_step_deletes_its_job(kfp_env: Path, namespace: str, jobs: JobClient) -> None:
+    script = (
+        "from kubetrain.components.launch import LaunchRequest, launch\n"
+        f"launch(LaunchRequest(kind='PyTorchJob', job_name='cancelled', namespace={namespace!r},"
+        f" image='kubetrain/kubetrain:0.1.0', command={[*TRAIN, '--steps=100000', '--step-seconds=0.05']!r},"
+        f" num_workers=0, working_dir={str(REPO)!r}, node_selector={PLACEMENT['node_selector']!r},"
+        f" tolerations={PLACEMENT['tolerations']!r}))\n"
+    )
+    step = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    deadline = time.monotonic() + 60
+    while not jobs.list(kind="PyTorchJob", namespace=namespace):
+        assert time.monotonic() < deadline and step.poll() is None, "the step did not submit its job"
+        time.sleep(0.5)
+    time.sleep(3)
+    step.send_signal(signal.SIGTERM)  # what KFP does to a cancelled step's pod
+    assert step.wait(30) == 143
+    deadline = time.monotonic() + 60
+    while jobs.list(kind="PyTorchJob", namespace=namespace):
+        assert time.monotonic() < deadline, "the cancelled step's job is still there"
+        time.sleep(0.5)
