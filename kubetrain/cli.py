@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from kubetrain import jobs_cli
 from kubetrain.controller.cli import app as controller_app
 from kubetrain.devcluster.cli import app as dev_app
 
@@ -12,6 +13,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+jobs_cli.register(app)
 app.add_typer(dev_app, name="dev")
 app.add_typer(controller_app, name="controller")
 

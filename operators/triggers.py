@@ -138,22 +138,7 @@ class SharedJobWatch:
                 await asyncio.wait_for(event.wait(), interval)
 
 
-def status_line(job: Obj) -> str:
-    """One line for a task log: what the job is doing."""
-    meta, status = job["metadata"], job.get("status") or {}
-    parts = [f"{job.get('kind', 'job')} {meta['namespace']}/{meta['name']}: {kinds.state(job)}"]
-    for rtype, counts in sorted((status.get("replicaStatuses") or {}).items()):
-        values = ", ".join(
-            f"{k} {v}" for k, v in counts.items() if k in ("active", "succeeded", "failed") and v
-        )
-        if values:
-            parts.append(f"{rtype} {values}")
-    if status.get("restartCount"):
-        parts.append(f"restarts {status['restartCount']}")
-    report = AsyncJobClient.report(job)
-    if report.get("last_checkpoint"):
-        parts.append(f"last checkpoint {report['last_checkpoint']}")
-    return "; ".join(parts)
+status_line = kinds.status_line  # one line for a task log: what the job is doing
 
 
 class JobTrigger(BaseTrigger):  # type: ignore[misc]

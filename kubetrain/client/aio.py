@@ -519,17 +519,7 @@ class AsyncJobClient:
             listed.items, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp
         )
 
-    @staticmethod
-    def report(job: Obj) -> Obj:
-        """Rank 0's training report (last checkpoint, step, metrics) the controller copied into the job."""
-        text = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TRAINING_REPORT)
-        if not text:
-            return {}
-        try:
-            report: Obj = json.loads(text)
-        except ValueError:
-            return {}
-        return report
+    report = staticmethod(kinds.report)
 
 
 def _restarts(pod: client.V1Pod) -> int:

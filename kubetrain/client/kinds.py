@@ -8,8 +8,11 @@ first pod of the ``node`` replicated job for a TrainJob.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from kubetrain import naming
 
 Obj = dict[str, Any]
 State = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
@@ -120,3 +123,47 @@ def default_container(job: Obj) -> str:
         "PaddleJob": "paddle",
         "JAXJob": "jax",
     }.get(job["kind"], "node")
+
+
+def report(job: Obj) -> Obj:
+    """Rank 0's training report (last checkpoint, step, metrics) the controller copied into the job."""
+    text = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TRAINING_REPORT)
+    if not text:
+        return {}
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def replica_counts(job: Obj) -> dict[str, dict[str, int]]:
+    """Active, succeeded and failed counts per replica type (v1) or replicated job (TrainJob)."""
+    status = job.get("status") or {}
+    if kind_of(job["kind"]).is_v1:
+        return {
+            rtype: {k: int(v) for k, v in counts.items() if k in ("active", "succeeded", "failed") and v}
+            for rtype, counts in sorted((status.get("replicaStatuses") or {}).items())
+        }
+    return {
+        entry["name"]: {k: int(entry[k]) for k in ("active", "succeeded", "failed") if entry.get(k)}
+        for entry in status.get("jobsStatus") or []
+    }
+
+
+def status_line(job: Obj) -> str:
+    """One line saying what the job is doing: state, replica counts, restarts, last checkpoint."""
+    meta, status = job["metadata"], job.get("status") or {}
+    parts = [f"{job.get('kind', 'job')} {meta['namespace']}/{meta['name']}: {state(job)}"]
+    for rtype, counts in replica_counts(job).items():
+        if counts:
+            parts.append(f"{rtype} " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    restarts = status.get("restartCount") or status.get("restarts")
+    if restarts:
+        parts.append(f"restarts {restarts}")
+    checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report(job).get(
+        "last_checkpoint"
+    )
+    if checkpoint:
+        parts.append(f"last checkpoint {checkpoint}")
+    return "; ".join(parts)

@@ -137,6 +137,9 @@ class JobClient:
     ) -> Iterator[str]:
         return self._iterate(self._async.follow_logs(job, role=role, index=index, container=container))
 
+    def pods(self, job: Obj) -> builtins.list[Any]:
+        return self._run(self._async.pods(job))
+
     def pending_reasons(self, job: Obj) -> builtins.list[str]:
         return self._run(self._async.pending_reasons(job))
 

@@ -1,0 +1,498 @@
+"""``kubetrain submit|get|list|describe|logs|wait|delete|suspend|resume``: training jobs from a terminal.
+
+Every kind (the v1 jobs and TrainJob) through one set of commands, against
+whatever cluster the kubeconfig points at. A job is named ``NAME`` (its kind is
+found in the namespace) or ``KIND/NAME`` (``pytorchjob/mnist``, ``tj/llm``).
+
+Exit codes, so scripts can branch on them (docs/reference/cli.md):
+
+====  ===========================================================
+0     done; for ``wait`` and ``submit --wait``: the job succeeded
+1     the job failed
+2     bad usage or a bad manifest (the message names the field)
+3     no such job
+4     ``--timeout`` passed before the job finished
+5     the cluster could not be reached or refused the request
+====  ===========================================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import aiohttp
+import typer
+import yaml
+from kubernetes_asyncio.client import ApiException
+from rich.console import Console
+from rich.table import Table
+
+from kubetrain.client import JobClient, kinds
+from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError
+
+Obj = dict[str, Any]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
+OUTPUTS = ("table", "json", "yaml")
+SHORT_KINDS = {
+    "pj": "PyTorchJob",
+    "tfj": "TFJob",
+    "xgbj": "XGBoostJob",
+    "pdj": "PaddleJob",
+    "jj": "JAXJob",
+    "tj": "TrainJob",
+}
+
+console = Console()
+errors = Console(stderr=True)
+
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
+]
+Kubeconfig = Annotated[
+    str | None, typer.Option(help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")
+]
+Context = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
+Output = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml.")]
+JobRef = Annotated[str, typer.Argument(help="NAME or KIND/NAME, e.g. mnist or pytorchjob/mnist.")]
+Timeout = Annotated[float | None, typer.Option(help="Seconds to wait at most (default: no limit).")]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def connect(kubeconfig: str | None, context: str | None) -> Iterator[JobClient]:
+    """A client, with the errors every command handles the same way turned into exit codes."""
+    try:
+        client = JobClient.connect(kubeconfig=kubeconfig, context=context)
+    except Exception as exc:
+        fail(f"cannot load the kubeconfig: {exc}", EXIT_API)
+    try:
+        yield client
+    except typer.Exit:
+        raise
+    except JobNotFoundError as exc:
+        fail(str(exc), EXIT_NOT_FOUND)
+    except InvalidJobError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except TimeoutError as exc:
+        fail(str(exc) or "timed out", EXIT_TIMEOUT)
+    except JobError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except ApiException as exc:
+        fail(f"the API server refused the request: {exc.status} {exc.reason}", EXIT_API)
+    except (OSError, RuntimeError, aiohttp.ClientError) as exc:
+        fail(f"the cluster did not answer: {exc}", EXIT_API)
+    finally:
+        client.close()
+
+
+def default_namespace(kubeconfig: str | None, context: str | None, namespace: str | None) -> str:
+    """``--namespace``, else the kubeconfig context's namespace, else ``default`` (as kubectl does)."""
+    if namespace:
+        return namespace
+    path = Path(
+        kubeconfig or os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
+    ).expanduser()
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return "default"
+    wanted = context or config.get("current-context")
+    for entry in config.get("contexts") or []:
+        if entry.get("name") == wanted:
+            return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"
+
+
+def resolve(client: JobClient, ref: str, namespace: str) -> Obj:
+    """The job ``ref`` names: ``KIND/NAME``, or ``NAME`` searched among every kind."""
+    if "/" in ref:
+        kind_name, name = ref.split("/", 1)
+        try:
+            kind = kinds.kind_of(SHORT_KINDS.get(kind_name.lower(), kind_name))
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
+        return client.require(kind.kind, name, namespace)
+    found = [j for j in client.list(namespace=namespace) if j["metadata"]["name"] == ref]
+    if not found:
+        fail(f"no training job named {ref!r} in namespace {namespace}", EXIT_NOT_FOUND)
+    if len(found) > 1:
+        options = ", ".join(f"{j['kind'].lower()}/{ref}" for j in found)
+        fail(f"{ref!r} names more than one job in {namespace}; say which: {options}", EXIT_USAGE)
+    return found[0]
+
+
+def check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        fail(f"--output must be one of {', '.join(OUTPUTS)} (got {output!r})", EXIT_USAGE)
+
+
+def emit(data: Any, output: str, table: Callable[[], Table]) -> None:
+    if output == "json":
+        console.print_json(json.dumps(data, default=str))
+    elif output == "yaml":
+        console.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False, markup=False)
+    else:
+        console.print(table())
+
+
+def age(job: Obj) -> str:
+    created = job["metadata"].get("creationTimestamp")
+    if not created:
+        return "-"
+    seconds = int(
+        (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+    )
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+STATE_STYLE = {
+    "Succeeded": "green",
+    "Failed": "red",
+    "Running": "cyan",
+    "Restarting": "yellow",
+    "Suspended": "magenta",
+}
+
+
+def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in (["NAMESPACE"] if namespaces else []) + [
+        "KIND",
+        "NAME",
+        "STATE",
+        "REPLICAS",
+        "LAST CHECKPOINT",
+        "AGE",
+    ]:
+        table.add_column(column)
+    for job in jobs:
+        state = kinds.state(job)
+        counts = kinds.replica_counts(job)
+        replicas = " ".join(
+            f"{r}:{c.get('active', 0)}/{c.get('succeeded', 0)}/{c.get('failed', 0)}"
+            for r, c in counts.items()
+        )
+        checkpoint = (job["metadata"].get("annotations") or {}).get("kubetrain.dev/last-checkpoint", "")
+        row = [
+            job["kind"],
+            job["metadata"]["name"],
+            f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
+            replicas or "-",
+            checkpoint or "-",
+            age(job),
+        ]
+        table.add_row(*([job["metadata"]["namespace"]] if namespaces else []), *row)
+    return table
+
+
+def wait_with_progress(client: JobClient, job: Obj, timeout: float | None) -> Obj:
+    """Watch the job until it finishes, showing a live status line (plain lines when not a terminal)."""
+    kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
+    started = time.monotonic()
+    latest = job
+    if console.is_terminal:
+        with console.status(kinds.status_line(job)) as status:
+            for current in client.watch(kind, name, namespace, timeout=timeout):
+                latest = current
+                status.update(f"{kinds.status_line(current)} [dim]({time.monotonic() - started:.0f}s)[/]")
+                if kinds.is_finished(current):
+                    break
+    else:
+        last = ""
+        for current in client.watch(kind, name, namespace, timeout=timeout):
+            latest = current
+            line = kinds.status_line(current)
+            if line != last:
+                console.print(line, highlight=False)
+                last = line
+            if kinds.is_finished(current):
+                break
+    if not kinds.is_finished(latest):
+        fail(
+            f"{kind} {namespace}/{name} did not finish within {timeout:g}s: {kinds.status_line(latest)}",
+            EXIT_TIMEOUT,
+        )
+    return latest
+
+
+def finish(client: JobClient, job: Obj) -> NoReturn:
+    """Print the outcome of a finished job and exit with its code."""
+    if kinds.state(job) == "Succeeded":
+        report = kinds.report(job)
+        metrics = ", ".join(f"{k}={v}" for k, v in sorted((report.get("metrics") or {}).items()))
+        console.print(
+            f"[green]{job['kind']} {job['metadata']['name']} succeeded[/]"
+            + (f": {metrics}" if metrics else "")
+        )
+        raise typer.Exit(EXIT_OK)
+    client.check(job)  # raises JobFailedError with the reason and rank 0's last log lines
+    raise typer.Exit(EXIT_FAILED)
+
+
+# -- commands ---------------------------------------------------------------------------------------
+def register(app: typer.Typer) -> None:
+    """Add the job commands to the ``kubetrain`` command."""
+
+    @app.command()
+    def submit(
+        file: Annotated[Path, typer.Argument(help="A YAML or JSON file of one or more jobs ('-': stdin).")],
+        namespace: Namespace = None,
+        wait: Annotated[
+            bool, typer.Option(help="Wait for the job(s) to finish; exit with the outcome.")
+        ] = False,
+        timeout: Timeout = None,
+        dry_run: Annotated[bool, typer.Option(help="Let the API server validate only.")] = False,
+        output: Output = "table",
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Create the training jobs in FILE."""
+        check_output(output)
+        text = sys.stdin.read() if str(file) == "-" else _read(file)
+        try:
+            documents = [d for d in yaml.safe_load_all(text) if d]
+        except yaml.YAMLError as exc:
+            fail(f"{file} is not valid YAML: {exc}", EXIT_USAGE)
+        for document in documents:
+            if not isinstance(document, dict) or document.get("kind") not in kinds.KINDS:
+                what = document.get("kind") if isinstance(document, dict) else type(document).__name__
+                fail(f"{file}: {what} is not a training job; create it with kubectl apply", EXIT_USAGE)
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            created = [
+                client.create(
+                    d, namespace=namespace or d.get("metadata", {}).get("namespace") or ns, dry_run=dry_run
+                )
+                for d in documents
+            ]
+            emit(created, output, lambda: jobs_table(created, namespaces=False))
+            if wait and not dry_run:
+                finals = [wait_with_progress(client, job, timeout) for job in created]
+                failed = [j for j in finals if kinds.state(j) != "Succeeded"]
+                finish(client, failed[0] if failed else finals[-1])
+
+    @app.command("list")
+    def list_jobs(
+        namespace: Namespace = None,
+        all_namespaces: Annotated[
+            bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")
+        ] = False,
+        kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
+        output: Output = "table",
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """List training jobs of every kind (v1 jobs and TrainJobs)."""
+        check_output(output)
+        ns = None if all_namespaces else default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            jobs = sorted(
+                client.list(kind=kind, namespace=ns),
+                key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
+            )
+            emit(jobs, output, lambda: jobs_table(jobs, namespaces=all_namespaces))
+
+    @app.command()
+    def get(
+        job: JobRef,
+        namespace: Namespace = None,
+        output: Output = "table",
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Show one job."""
+        check_output(output)
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            emit(found, output, lambda: jobs_table([found], namespaces=False))
+
+    @app.command()
+    def describe(
+        job: JobRef,
+        namespace: Namespace = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Conditions, replicas, pods, the training report and the events of a job."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            _describe(client, found)
+
+    @app.command()
+    def logs(
+        job: JobRef,
+        namespace: Namespace = None,
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the job ends.")] = False,
+        role: Annotated[
+            str | None, typer.Option(help="Replica type (Master, Worker...) or replicated job (node).")
+        ] = None,
+        index: Annotated[int, typer.Option(help="Replica index (completion index for a TrainJob).")] = 0,
+        tail: Annotated[int | None, typer.Option(help="Only the last N lines.")] = None,
+        previous: Annotated[bool, typer.Option(help="The previous run of a restarted container.")] = False,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Print the logs of rank 0, or of --role/--index."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            if follow:
+                for line in client.follow_logs(found, role=role, index=index):
+                    print(line, flush=True)
+            else:
+                print(client.logs(found, role=role, index=index, tail=tail, previous=previous), end="")
+
+    @app.command()
+    def wait(
+        job: JobRef,
+        namespace: Namespace = None,
+        timeout: Timeout = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Wait for a job to finish; exit 0 when it succeeded, 1 when it failed, 4 on timeout."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            finish(client, wait_with_progress(client, resolve(client, job, ns), timeout))
+
+    @app.command()
+    def delete(
+        job: JobRef,
+        namespace: Namespace = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Delete a job and its pods."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            client.delete(found["kind"], found["metadata"]["name"], ns)
+            console.print(f"deleted {found['kind']} {ns}/{found['metadata']['name']}")
+
+    @app.command()
+    def suspend(
+        job: JobRef,
+        namespace: Namespace = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Suspend a running job: its pods are deleted, checkpoints stay."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            if kinds.is_finished(found):
+                fail(
+                    f"{found['kind']} {ns}/{found['metadata']['name']} already finished ({kinds.state(found)})",
+                    EXIT_USAGE,
+                )
+            client.set_suspended(found["kind"], found["metadata"]["name"], ns, True)
+            console.print(f"suspended {found['kind']} {ns}/{found['metadata']['name']}")
+
+    @app.command()
+    def resume(
+        job: JobRef,
+        namespace: Namespace = None,
+        wait: Annotated[bool, typer.Option(help="Wait for it to finish; exit with the outcome.")] = False,
+        timeout: Timeout = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        """Resume a suspended job, or resubmit a failed one as its next attempt (same checkpoint dir)."""
+        ns = default_namespace(kubeconfig, context, namespace)
+        with connect(kubeconfig, context) as client:
+            found = resolve(client, job, ns)
+            state = kinds.state(found)
+            if state == "Suspended":
+                resumed = client.set_suspended(found["kind"], found["metadata"]["name"], ns, False)
+                console.print(f"resumed {found['kind']} {ns}/{found['metadata']['name']}")
+            elif state == "Failed":
+                resumed = client.resubmit(found)
+                report = kinds.report(found)
+                console.print(
+                    f"submitted {resumed['kind']} {ns}/{resumed['metadata']['name']} "
+                    f"(attempt {resumed['metadata']['annotations'].get('kubetrain.dev/attempt')}), resuming from "
+                    f"{found['metadata'].get('annotations', {}).get('kubetrain.dev/last-checkpoint') or report.get('last_checkpoint') or 'the latest checkpoint'}"
+                )
+            else:
+                fail(
+                    f"{found['kind']} {ns}/{found['metadata']['name']} is {state}: only Suspended or Failed jobs resume",
+                    EXIT_USAGE,
+                )
+            if wait:
+                finish(client, wait_with_progress(client, resumed, timeout))
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}", EXIT_USAGE)
+
+
+def _describe(client: JobClient, job: Obj) -> None:
+    meta, status = job["metadata"], job.get("status") or {}
+    console.print(
+        f"[bold]{job['kind']} {meta['namespace']}/{meta['name']}[/]  {kinds.state(job)}  (age {age(job)})"
+    )
+    conditions = Table(
+        "TYPE",
+        "STATUS",
+        "REASON",
+        "MESSAGE",
+        "SINCE",
+        box=None,
+        header_style="bold",
+        title="Conditions",
+        title_justify="left",
+    )
+    for c in status.get("conditions") or []:
+        conditions.add_row(
+            c.get("type", ""),
+            c.get("status", ""),
+            c.get("reason", ""),
+            c.get("message", ""),
+            c.get("lastTransitionTime", ""),
+        )
+    console.print(conditions)
+    replicas = Table("REPLICAS", "ACTIVE", "SUCCEEDED", "FAILED", box=None, header_style="bold")
+    for rtype, counts in kinds.replica_counts(job).items():
+        replicas.add_row(rtype, *(str(counts.get(k, 0)) for k in ("active", "succeeded", "failed")))
+    console.print(replicas)
+    report = kinds.report(job)
+    checkpoint = (meta.get("annotations") or {}).get("kubetrain.dev/last-checkpoint") or report.get(
+        "last_checkpoint"
+    )
+    console.print(f"[bold]Last checkpoint:[/] {checkpoint or '-'}")
+    if report:
+        console.print(f"[bold]Training report:[/] {json.dumps(report, sort_keys=True)}", highlight=False)
+    pods = Table(
+        "POD", "PHASE", "RESTARTS", "NODE", box=None, header_style="bold", title="Pods", title_justify="left"
+    )
+    for pod in client.pods(job):
+        restarts = sum(s.restart_count or 0 for s in pod.status.container_statuses or [])
+        pods.add_row(pod.metadata.name, pod.status.phase or "", str(restarts), pod.spec.node_name or "-")
+    console.print(pods)
+    events = Table(
+        "TYPE", "REASON", "MESSAGE", box=None, header_style="bold", title="Events", title_justify="left"
+    )
+    for event in client.events(job)[-15:]:
+        events.add_row(event.type or "", event.reason or "", event.message or "")
+    console.print(events)

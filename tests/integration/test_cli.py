@@ -1,0 +1,146 @@
+"""The ``kubetrain`` job commands, run as a user runs them: a process against the dev cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, Kubectl
+from tests.support import HANG, fails, pytorchjob, runs_for, training_runtime, trainjob
+
+pytestmark = pytest.mark.usefixtures("controller_process")
+
+
+@pytest.fixture
+def cli(kubeconfig: Path, namespace: str, tmp_path: Path) -> Any:
+    """Run ``kubetrain ARGS [FILE]`` in this test's namespace; returns the finished process."""
+
+    def run(*args: str, manifest: Any = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "kubetrain", *args, "-n", namespace]
+        if manifest is not None:
+            path = tmp_path / "job.yaml"
+            path.write_text(yaml.safe_dump_all(manifest if isinstance(manifest, list) else [manifest]))
+            command.append(str(path))
+        return subprocess.run(
+            command,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+def test_submit_wait_exits_zero_when_the_job_succeeds(cli: Any) -> None:
+    done = cli("submit", "--wait", manifest=pytorchjob("ok", workers=1, master_annotations=runs_for("2s")))
+    assert done.returncode == 0, done.stderr
+    assert "PyTorchJob ok succeeded" in done.stdout
+    assert "PyTorchJob" in done.stdout.splitlines()[0] or "KIND" in done.stdout
+
+
+def test_a_failed_job_exits_one_with_its_reason(cli: Any) -> None:
+    manifest = pytorchjob(
+        "bad", workers=0, restart_policy="Never", master_annotations=fails(code=7, after="1s")
+    )
+    done = cli("submit", "--wait", manifest=manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "exited with code 7" in done.stderr
+
+
+def test_bad_input_exits_two_naming_the_problem(cli: Any) -> None:
+    runtime = training_runtime("torch")
+    rejected = cli("submit", manifest=runtime)
+    assert rejected.returncode == 2 and "TrainingRuntime is not a training job" in rejected.stderr
+    invalid = pytorchjob("neg", workers=1)
+    invalid["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1
+    refused = cli("submit", manifest=invalid)
+    assert refused.returncode == 2 and "replicas" in refused.stderr
+    assert cli("get", "pytorchjob/missing").returncode == 3
+    assert cli("get", "nothing-here").returncode == 3
+
+
+def test_list_get_and_describe_show_every_kind(cli: Any, kubectl: Kubectl, namespace: str) -> None:
+    assert (
+        cli(
+            "submit", manifest=pytorchjob("pt", workers=1, master_annotations=HANG, worker_annotations=HANG)
+        ).returncode
+        == 0
+    )
+    runtime = training_runtime("torch", pod_annotations=HANG)
+    runtime["metadata"]["namespace"] = namespace
+    kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    assert cli("submit", manifest=trainjob("tj", "torch")).returncode == 0
+    listed = json.loads(cli("list", "-o", "json").stdout)
+    assert sorted((j["kind"], j["metadata"]["name"]) for j in listed) == [
+        ("PyTorchJob", "pt"),
+        ("TrainJob", "tj"),
+    ]
+    table = cli("list").stdout
+    assert "PyTorchJob" in table and "TrainJob" in table and "STATE" in table
+    got = yaml.safe_load(cli("get", "tj/tj", "-o", "yaml").stdout)
+    assert got["spec"]["runtimeRef"]["name"] == "torch"
+    described = cli("describe", "pt").stdout
+    assert "Conditions" in described and "Created" in described and "Events" in described
+    assert "pt-master-0" in described
+
+
+def test_suspend_and_resume_a_running_job(cli: Any) -> None:
+    assert (
+        cli(
+            "submit",
+            manifest=pytorchjob("pausable", workers=1, master_annotations=HANG, worker_annotations=HANG),
+        ).returncode
+        == 0
+    )
+    assert cli("wait", "pausable", "--timeout", "2").returncode == 4, "a running job times out"
+    assert cli("suspend", "pausable").returncode == 0
+    assert _state(cli, "pausable", "Suspended")
+    resumed = cli("resume", "pausable")
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout
+    assert _state(cli, "pausable", "Running")
+    assert cli("delete", "pausable").returncode == 0
+
+
+def _state(cli: Any, name: str, wanted: str, timeout: float = 30) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = json.loads(cli("get", name, "-o", "json").stdout or "{}")
+        conditions = [
+            c["type"] for c in (job.get("status") or {}).get("conditions") or [] if c["status"] == "True"
+        ]
+        if conditions and conditions[-1] == wanted:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_resume_resubmits_a_failed_job_and_logs_show_rank_0(cli: Any) -> None:
+    script = "import os; print('hello from attempt', os.environ.get('KUBETRAIN_ATTEMPT')); raise SystemExit(0 if os.environ.get('KUBETRAIN_ATTEMPT') == '2' else 3)"
+    manifest = pytorchjob(
+        "flaky", workers=0, restart_policy="Never", annotations={"kubetrain.dev/checkpoint-dir": "/ckpt"}
+    )
+    master = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    master["containers"][0]["command"] = ["python", "-c", script]
+    master["containers"][0]["workingDir"] = str(REPO)
+    master["nodeSelector"] = {"kubetrain.dev/process-node": "true"}
+    master["tolerations"] = [
+        {"key": "kubetrain.dev/process-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    failed = cli("submit", "--wait", manifest=manifest)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "hello from attempt 1" in cli("logs", "flaky").stdout
+    resumed = cli("resume", "flaky", "--wait", "--timeout", "120")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "flaky-a2" in resumed.stdout
+    assert "hello from attempt 2" in cli("logs", "pytorchjob/flaky-a2", "--tail", "5").stdout
