@@ -122,7 +122,7 @@ test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, 
 	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS)
 
 .PHONY: demo
-demo: build ## Set up the local cluster and run the main job
+demo: build $(AIRFLOW3_VENV)/.installed $(KFP_VENV)/.installed ## Set up the local cluster and run the main job (Airflow, then KFP)
 	@$(PY) examples/demo.py
 
 .PHONY: demo-down

@@ -47,6 +47,7 @@ from kubetrain.controller.kube.patch import merge_patch
 from kubetrain.controller.kube.resources import (
     CONFIGMAPS,
     PODS,
+    SECRETS,
     SERVICES,
     TRAINJOBS,
 )
@@ -524,10 +525,19 @@ class TrainJobReconciler:
         if self.services.get(f"{info.namespace}/{info.subdomain}") is None:
             await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
         for extra in info.extras:
-            if await self.kube.get(extra.resource, extra.name, info.namespace) is None:
-                body = extra.make()
-                body["metadata"]["namespace"] = info.namespace
-                await self.writer.create_all(info.job, extra.resource, [body], track=False)
+            try:
+                if await self.kube.get(extra.resource, extra.name, info.namespace) is None:
+                    body = extra.make()
+                    body["metadata"]["namespace"] = info.namespace
+                    await self.writer.create_all(info.job, extra.resource, [body], track=False)
+            except errors.APIError as exc:
+                if exc.status == 403 and extra.resource is SECRETS:
+                    raise errors.APIError(
+                        403,
+                        f"the controller may not create the MPI SSH key Secret {extra.name}: apply "
+                        "deploy/extras/mpi-ssh-keys to grant it",
+                    ) from exc
+                raise
         gang = self._gang(info)
         if gang is not None:
             try:

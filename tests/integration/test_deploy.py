@@ -30,6 +30,17 @@ def test_every_manifest_is_accepted_by_the_api_server(
     assert "deployment.apps/kubetrain-controller serverside-applied (server dry run)" in out
 
 
+def test_the_runtimes_and_extras_are_accepted_by_the_api_server(kubectl: Kubectl, crds: None) -> None:
+    out = kubectl(
+        "apply", "--server-side", "--dry-run=server", "-k", str(REPO / "deploy" / "runtimes")
+    ).stdout
+    assert out.count("clustertrainingruntime.trainer.kubeflow.org/") == 8, out
+    out = kubectl(
+        "apply", "--server-side", "--dry-run=server", "-k", str(REPO / "deploy" / "extras" / "mpi-ssh-keys")
+    ).stdout
+    assert "clusterrole.rbac.authorization.k8s.io/kubetrain-controller-mpi-ssh-keys" in out
+
+
 def test_the_deployment_is_locked_down() -> None:
     documents = list(yaml.safe_load_all((REPO / "deploy" / "base" / "deployment.yaml").read_text()))
     pod = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]
