@@ -246,7 +246,10 @@ def summarize(cluster: DevCluster) -> bool:
     step(5, "Summary")
     with JobClient.connect(kubeconfig=str(cluster.kubeconfig)) as jobs:
         found = sorted(jobs.list(namespace=NAMESPACE), key=lambda j: j["metadata"]["creationTimestamp"])
-        curves = {j["metadata"]["name"]: _curve(jobs.logs(j, quiet=True)) for j in found}
+        curves = {
+            j["metadata"]["name"]: (_curve(jobs.logs(j, quiet=True)), kinds.state(j) == "Failed")
+            for j in found
+        }
     table = Table(
         "job", "kind", "from", "state", "steps", "resumed from step", "accuracy", "last checkpoint", "time"
     )
@@ -295,18 +298,19 @@ def _duration(job: dict[str, Any]) -> str:
     return f"{(parse(ends[0]) - parse(start)).total_seconds():.0f}s"
 
 
-def plot(curves: dict[str, list[tuple[int, float]]]) -> Path:
-    """Training loss against step, one line per job, to demo-output/training-curves.png."""
+def plot(curves: dict[str, tuple[list[tuple[int, float]], bool]]) -> Path:
+    """Training loss against step, one line per job (dashed when it failed), to demo-output/training-curves.png."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, points in curves.items():
+    for name, (points, failed) in curves.items():
         if points:
             steps, losses = zip(*points, strict=True)
-            ax.plot(steps, losses, marker="o", markersize=3, label=name)
+            style = {"linestyle": "--", "marker": "x"} if failed else {"marker": "o"}
+            ax.plot(steps, losses, markersize=4, label=f"{name} (failed)" if failed else name, **style)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (rank 0)")
     ax.set_title("Interrupted and resumed: Airflow retry, then PyTorchJob -> TrainJob in KFP")
