@@ -42,12 +42,12 @@ Obj = dict[str, Any]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
 OUTPUTS = ("table", "json", "yaml")
-SHORT_KINDS = {
-    "pj": "PyTorchJob",
+SHORT_KINDS = {  # the CRDs' short names, as kubectl knows them
+    "ptj": "PyTorchJob",
     "tfj": "TFJob",
     "xgbj": "XGBoostJob",
     "pdj": "PaddleJob",
-    "jj": "JAXJob",
+    "jaxj": "JAXJob",
     "tj": "TrainJob",
 }
 

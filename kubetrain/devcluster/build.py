@@ -82,6 +82,7 @@ TARGETS: tuple[GoTarget, ...] = (
     ),
     GoTarget("kubectl", "k8s", "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags()),
     GoTarget("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
+    GoTarget("helm", "helm", "helm.sh/helm/v3/cmd/helm"),  # not part of the cluster: the chart's tests use it
 )
 
 BINARIES = tuple(t.binary for t in TARGETS)

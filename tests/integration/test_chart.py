@@ -1,0 +1,114 @@
+"""The Helm chart renders what deploy/ holds, takes its values, rejects bad ones, and the API server accepts it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.devcluster import build
+from tests.conftest import REPO
+
+CHART = REPO / "deploy" / "chart"
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(build.binary_path("helm")), *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def render(*values: str) -> list[dict[str, Any]]:
+    args = [a for v in values for a in ("--set", v)]
+    done = helm("template", "kubetrain", str(CHART), "--namespace", "kubetrain-system", *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def controller_args(documents: list[dict[str, Any]]) -> list[str]:
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_the_chart_lints() -> None:
+    done = helm("lint", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_defaults_match_the_kustomize_install() -> None:
+    documents = render()
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in documents)
+    assert kinds == [
+        "ClusterRole/kubetrain-controller",
+        "ClusterRoleBinding/kubetrain-controller",
+        "Deployment/kubetrain-controller",
+        "Role/kubetrain-leader-election",
+        "RoleBinding/kubetrain-leader-election",
+        "Service/kubetrain-controller-metrics",
+        "ServiceAccount/kubetrain-controller",
+    ]
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    assert not any("secrets" in rule["resources"] for rule in role["rules"])
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "kubetrain/kubetrain:0.1.0"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "--leader-elect" in container["args"] and "--managed-by=compatible" in container["args"]
+
+
+def test_values_reach_the_controller() -> None:
+    documents = render(
+        "image.tag=0.2.0",
+        "replicas=1",
+        "leaderElection.enabled=false",
+        "gangSchedulerName=kubernetes",
+        "managedBy=kubetrain",
+        "kinds={PyTorchJob,TrainJob}",
+        "mpiSshKeys=true",
+    )
+    args = controller_args(documents)
+    assert "--leader-elect" not in args
+    assert "--gang-scheduler-name=kubernetes" in args and "--managed-by=kubetrain" in args
+    assert [a for a in args if a.startswith("--enable-scheme")] == [
+        "--enable-scheme=PyTorchJob",
+        "--enable-scheme=TrainJob",
+    ]
+    assert not any(d["kind"] == "Role" for d in documents)
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    assert any("secrets" in rule["resources"] for rule in role["rules"])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("managedBy=everything", "managedBy must be compatible or kubetrain"),
+        ("leaderElection.enabled=false", "replicas > 1 needs leaderElection.enabled"),
+        ("replicas=0", "replicas must be at least 1"),
+    ],
+)
+def test_bad_values_are_refused_with_the_fix(value: str, message: str) -> None:
+    done = helm("template", "kubetrain", str(CHART), "--set", value)
+    assert done.returncode != 0 and message in done.stderr
+
+
+def test_helm_install_as_documented_is_accepted_by_the_api_server(kubeconfig: Path, crds: None) -> None:
+    # docs/controller.md: helm install kubetrain deploy/chart -n kubetrain-system --create-namespace
+    done = helm(
+        "install",
+        "kubetrain",
+        str(CHART),
+        "-n",
+        "kubetrain-system",
+        "--create-namespace",
+        "--dry-run=server",
+        "--kubeconfig",
+        str(kubeconfig),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "STATUS: pending-install" in done.stdout
+    assert "kind: Deployment" in done.stdout
