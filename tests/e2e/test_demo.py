@@ -1,0 +1,69 @@
+"""``make demo``'s script, end to end on the test cluster: Airflow retry with resume, then the KFP pipeline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from kubetrain.client import JobClient, kinds
+from kubetrain.devcluster.cluster import DevCluster
+from tests.conftest import REPO
+
+NAMESPACE = "kubetrain-demo"
+
+
+@pytest.fixture
+def demo_controller_stopped(dev_cluster: DevCluster) -> Iterator[None]:
+    """The demo starts a controller for every namespace; stop it so later tests own theirs."""
+    yield
+    state = dev_cluster.load_state()
+    pid = (state.pids if state else {}).get("controller")
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.usefixtures("crds", "demo_controller_stopped")
+def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(dev_cluster: DevCluster) -> None:
+    for venv in (".venv-airflow", ".venv-kfp"):
+        if not (REPO / venv / "bin" / "python").exists():
+            pytest.skip(f"{venv} is missing (make demo and make test create it)")
+    png = REPO / "demo-output" / "training-curves.png"
+    png.unlink(missing_ok=True)
+    done = subprocess.run(
+        [sys.executable, "examples/demo.py"],
+        cwd=REPO,
+        env={**os.environ, "KUBETRAIN_DEV_STATE": str(dev_cluster.state_dir)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    for stage in ("3/5 Airflow", "4/5 Kubeflow Pipelines", "5/5 Summary", "injected failure step=60"):
+        assert stage in done.stdout, stage
+    assert png.exists() and png.stat().st_size > 10_000
+    with JobClient.connect(kubeconfig=str(dev_cluster.kubeconfig)) as jobs:
+        found = {j["metadata"]["name"]: j for j in jobs.list(namespace=NAMESPACE)}
+    retried = next(j for name, j in found.items() if name.endswith("-a2"))
+    assert kinds.state(retried) == "Succeeded"
+    assert kinds.report(retried)["resumed_from_step"] == 40, (
+        "the Airflow retry resumed from the step-40 checkpoint"
+    )
+    trainjob = next(j for j in found.values() if j["kind"] == "TrainJob")
+    assert kinds.state(trainjob) == "Succeeded"
+    assert kinds.report(trainjob)["resumed_from_step"] == 60, "the TrainJob continued from the PyTorchJob"
