@@ -176,6 +176,14 @@ class DevCluster:
         state.pids[name] = pid
         self._save_state(state)
 
+    def release(self, name: str) -> None:
+        """Stop a process started beside the cluster with ``adopt`` and forget it."""
+        state = self.load_state()
+        if state is None or name not in state.pids or name in COMPONENTS:
+            return
+        process.stop(state.pids.pop(name))
+        self._save_state(state)
+
     # -- components ------------------------------------------------------------
     def _components(self, ports: dict[str, int], options: ClusterOptions) -> list[Component]:
         bins = {name: str(build.binary_path(name)) for name in build.BINARIES}

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,19 +20,7 @@ NAMESPACE = "kubetrain-demo"
 def demo_controller_stopped(dev_cluster: DevCluster) -> Iterator[None]:
     """The demo starts a controller for every namespace; stop it so later tests own theirs."""
     yield
-    state = dev_cluster.load_state()
-    pid = (state.pids if state else {}).get("controller")
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            time.sleep(0.2)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    dev_cluster.release("controller")
 
 
 @pytest.mark.usefixtures("crds", "demo_controller_stopped")
