@@ -251,7 +251,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def submit(
-        file: Annotated[Path, typer.Argument(help="A YAML or JSON file of one or more jobs ('-': stdin).")],
+        file: Annotated[
+            Path, typer.Argument(help="A YAML or JSON file of jobs and what they need ('-': stdin).")
+        ],
         namespace: Namespace = None,
         wait: Annotated[
             bool, typer.Option(help="Wait for the job(s) to finish; exit with the outcome.")
@@ -262,7 +264,8 @@ def register(app: typer.Typer) -> None:
         kubeconfig: Kubeconfig = None,
         context: Context = None,
     ) -> None:
-        """Create the training jobs in FILE."""
+        """Create the training jobs in FILE, after the objects they need that FILE holds too (claims,
+        ConfigMaps, runtimes...), which are created unless they exist."""
         check_output(output)
         text = sys.stdin.read() if str(file) == "-" else _read(file)
         try:
@@ -270,16 +273,22 @@ def register(app: typer.Typer) -> None:
         except yaml.YAMLError as exc:
             fail(f"{file} is not valid YAML: {exc}", EXIT_USAGE)
         for document in documents:
-            if not isinstance(document, dict) or document.get("kind") not in kinds.KINDS:
-                what = document.get("kind") if isinstance(document, dict) else type(document).__name__
-                fail(f"{file}: {what} is not a training job; create it with kubectl apply", EXIT_USAGE)
+            if not isinstance(document, dict) or not document.get("kind") or not document.get("apiVersion"):
+                fail(f"{file}: every document needs apiVersion and kind (got {document!r:.80})", EXIT_USAGE)
+        jobs = [d for d in documents if d["kind"] in kinds.KINDS]
+        if not jobs:
+            fail(f"{file} holds no training job (kinds: {', '.join(kinds.KINDS)})", EXIT_USAGE)
         ns = default_namespace(kubeconfig, context, namespace)
         with connect(kubeconfig, context) as client:
+            for other in (d for d in documents if d["kind"] not in kinds.KINDS):
+                where = namespace or other.get("metadata", {}).get("namespace") or ns
+                outcome = client.create_supporting(other, namespace=where, dry_run=dry_run)
+                errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
             created = [
                 client.create(
                     d, namespace=namespace or d.get("metadata", {}).get("namespace") or ns, dry_run=dry_run
                 )
-                for d in documents
+                for d in jobs
             ]
             emit(created, output, lambda: jobs_table(created, namespaces=False))
             if wait and not dry_run:

@@ -179,6 +179,36 @@ class AsyncJobClient:
             raise
         return created
 
+    async def create_supporting(self, manifest: Obj, *, namespace: str, dry_run: bool = False) -> str:
+        """Create an object a job needs (a claim, a ConfigMap, a runtime...) unless it exists; returns
+        ``created`` or ``unchanged``. Objects of any installed kind, found through API discovery."""
+        from kubernetes_asyncio.dynamic import DynamicClient
+        from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
+
+        body = copy.deepcopy(manifest)
+        what = f"{body.get('kind')} {body.get('metadata', {}).get('name')}"
+        dynamic = await DynamicClient(self.api)
+        try:
+            resource = await dynamic.resources.get(api_version=body.get("apiVersion"), kind=body.get("kind"))
+        except ResourceNotFoundError:
+            raise InvalidJobError(
+                f"{what}: the cluster has no kind {body.get('kind')} in {body.get('apiVersion')}"
+            ) from None
+        extra = {"dry_run": "All"} if dry_run else {}
+        if resource.namespaced:
+            body["metadata"]["namespace"] = namespace
+            extra["namespace"] = namespace
+        created = await retrying(lambda: dynamic.create(resource, body=body, **extra))
+        # The dynamic client hands failures back as a Status object rather than raising them.
+        status = created.to_dict() if hasattr(created, "to_dict") else {}
+        if status.get("kind") != "Status" or status.get("status") != "Failure":
+            return "created"
+        if status.get("code") == 409:
+            return "unchanged"
+        if status.get("code") in (400, 422):
+            raise InvalidJobError(f"the API server rejected {what}: {status.get('message')}")
+        raise ApiException(status=status.get("code"), reason=status.get("message"))
+
     async def get(self, kind: str, name: str, namespace: str) -> Obj | None:
         spec = kinds.kind_of(kind)
         try:

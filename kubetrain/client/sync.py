@@ -71,6 +71,9 @@ class JobClient:
     def create(self, manifest: Obj | ApiModel, *, namespace: str | None = None, dry_run: bool = False) -> Obj:
         return self._run(self._async.create(manifest, namespace=namespace, dry_run=dry_run))
 
+    def create_supporting(self, manifest: Obj, *, namespace: str, dry_run: bool = False) -> str:
+        return self._run(self._async.create_supporting(manifest, namespace=namespace, dry_run=dry_run))
+
     def get(self, kind: str, name: str, namespace: str) -> Obj | None:
         return self._run(self._async.get(kind, name, namespace))
 

@@ -33,8 +33,8 @@ from kubetrain.devcluster.process import Component, HealthCheck
 # Controllers of kube-controller-manager the dev cluster runs: owner-reference
 # garbage collection, namespace deletion, default service accounts, the
 # finalizers that protect pod groups, claims and volumes in use (without them a
-# deleted claim, and so its namespace, would wait forever), and binding claims
-# to volumes.
+# deleted claim, and so its namespace, would wait forever), binding claims
+# to volumes, and folding aggregated ClusterRoles (kubetrain-edit) into `edit`.
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -42,6 +42,7 @@ KCM_CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "podgroup-protection-controller",
+    "clusterrole-aggregation-controller",
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
