@@ -29,6 +29,7 @@ from kubernetes_asyncio import client, config
 
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+from tests.docs_commands import documented, run_documented, shell_env
 from tests.support import ControllerHandle, Jobs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,9 +125,16 @@ class Kubectl:
 
 
 @pytest.fixture(scope="session")
-def crds(kubectl: Kubectl) -> None:
-    """Install deploy/crds the way the docs say (server-side apply: the CRDs are too big for client-side)."""
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "crds"))
+def crds(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Install deploy/crds as the docs say (server-side apply: the CRDs are too big for client-side)."""
+    env = shell_env(kubeconfig, "default", tmp_path_factory.mktemp("shell"))
+    run_documented("docs/crds.md", "kubectl apply --server-side -f deploy/crds/", env=env)
+    same = {
+        documented("docs/controller.md", "kubectl apply --server-side -f deploy/crds"),
+        documented("docs/process-node.md", "kubectl apply --server-side -f deploy/crds"),
+        documented("docs/trainjob.md", "kubectl apply --server-side -f deploy/crds"),
+    }
+    assert {c.rstrip("/") for c in same} == {"kubectl apply --server-side -f deploy/crds"}, same
     kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(REPO / "deploy" / "crds"))
 
 

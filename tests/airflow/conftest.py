@@ -6,8 +6,8 @@ is set here, before any test module imports it.
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.docs_commands import documented
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dags"))  # as the DAG processor does for the DAGs folder
@@ -44,10 +46,11 @@ def airflow_db() -> Path:
 
 @pytest.fixture(scope="session")
 def kubernetes_connection(kubeconfig: Path) -> Iterator[None]:
-    """The cncf.kubernetes ``kubernetes_default`` connection, pointing at the dev cluster."""
-    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
-    )
+    """The cncf.kubernetes ``kubernetes_default`` connection, pointing at the dev cluster, set as
+    docs/airflow.md sets it."""
+    command = documented("docs/airflow.md", "export AIRFLOW_CONN_KUBERNETES_DEFAULT=")
+    name, _, value = shlex.split(command.removeprefix("export "))[0].partition("=")
+    os.environ[name] = value.replace("/path/to/kubeconfig", str(kubeconfig))
     yield
     os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
 

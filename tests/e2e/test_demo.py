@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kubetrain.client import JobClient, kinds
+from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import DevCluster
 from tests.conftest import REPO
+from tests.docs_commands import run_documented, shell_env
 
 NAMESPACE = "kubetrain-demo"
 
@@ -24,7 +27,9 @@ def demo_controller_stopped(dev_cluster: DevCluster) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("crds", "demo_controller_stopped")
-def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(dev_cluster: DevCluster) -> None:
+def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(
+    dev_cluster: DevCluster, tmp_path: Path
+) -> None:
     for venv in (".venv-airflow", ".venv-kfp"):
         if not (REPO / venv / "bin" / "python").exists():
             pytest.skip(f"{venv} is missing (make demo and make test create it)")
@@ -53,3 +58,25 @@ def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(dev_cluster: DevCl
     trainjob = next(j for j in found.values() if j["kind"] == "TrainJob")
     assert kinds.state(trainjob) == "Succeeded"
     assert kinds.report(trainjob)["resumed_from_step"] == 60, "the TrainJob continued from the PyTorchJob"
+
+    # Then the quickstart's "look around", as written, on the jobs the demo made.
+    kfp_pytorchjob = next(name for name in found if name.startswith("digits-pytorchjob-"))
+    look = run_documented(
+        "docs/quickstart.md",
+        "export KUBECONFIG=",
+        ".venv/bin/kubetrain list",
+        ".venv/bin/kubetrain describe",
+        ".venv/bin/kubetrain logs",
+        "alias kubectl=",
+        "kubectl get nodes",
+        "kubectl get kubeflow -A",
+        env=shell_env(dev_cluster.kubeconfig, "default", tmp_path),
+        replace={
+            "~/.cache/kubetrain/dev-cluster": str(dev_cluster.state_dir),
+            "~/.cache/kubetrain/bin": str(build.binary_path("kubectl").parent),
+            "digits-pytorchjob-XXXXXXXX-a1": kfp_pytorchjob,
+            "digits-trainjob-XXXXXXXX-a1": trainjob["metadata"]["name"],
+        },
+    ).stdout
+    assert look.count("Succeeded") >= len(found), look[-3000:]
+    assert "kubetrain-process-node" in look and "trainjob.trainer.kubeflow.org/" in look

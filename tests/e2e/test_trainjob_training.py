@@ -11,6 +11,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.conftest import REPO, Kubectl
+from tests.docs_commands import run_documented_async, shell_env
 from tests.e2e.test_process_node_training import claim_dir, logs, make_claim
 from tests.support import Jobs, eventually
 
@@ -74,20 +75,36 @@ async def _pod(jobs: Jobs, name: str, rank: int) -> str:
     return str(sorted(ranked, key=lambda p: p.metadata.creation_timestamp)[-1].metadata.name)
 
 
-async def test_two_nodes_train_through_torchrun_to_complete(
-    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, local_runtime: str, kubectl: Kubectl
+async def test_the_walkthrough_trains_two_nodes_through_torchrun_to_complete(
+    controller: Any,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    tmp_path: Path,
 ) -> None:
-    await make_claim(core, namespace, "ckpt")
-    await jobs.create(digits("digits", local_runtime, "--steps=60", "--checkpoint-every=20", claim="ckpt"))
-    job = await jobs.wait_condition("digits", "Complete", kind=TJ, timeout=240)
+    # docs/trainjob.md as written; the cluster, the CRDs and the controller are the fixtures'.
+    done = await run_documented_async(
+        "docs/trainjob.md",
+        "kubectl apply -f examples/trainjob-runtime-local.yaml -f examples/trainjob-digits.yaml",
+        "kubectl get clustertrainingruntimes",
+        "kubectl wait --for=condition=Complete trainjob/digits",
+        "kubectl logs -l jobset.sigs.k8s.io/jobset-name=digits",
+        env=shell_env(kubeconfig, namespace, tmp_path),
+        timeout=600,
+    )
+    assert "torch-distributed-local" in done.stdout
+    assert "[rank 0] training step=200" in done.stdout, done.stdout[-800:]
+    job = await jobs.get("digits", kind=TJ)
+    assert job is not None
     report = json.loads(job["metadata"]["annotations"]["kubetrain.dev/training-report"])
-    assert report["status"] == "completed" and report["step"] == 60
+    assert report["status"] == "completed" and report["step"] == 200
     assert report["metrics"]["accuracy"] > 0.5
-    for rank in (0, 1):
-        out = kubectl("logs", await _pod(jobs, "digits", rank), "-n", namespace).stdout
-        assert f"[rank {rank}] training step=60" in out, out[-800:]
-    host_dir = await claim_dir(core, namespace, "ckpt")
-    assert (host_dir / "step-00000060" / "COMPLETE").exists()
+    out = kubectl("logs", await _pod(jobs, "digits", 1), "-n", namespace).stdout
+    assert "[rank 1] training step=200" in out, out[-800:]
+    host_dir = await claim_dir(core, namespace, "digits-trainjob-checkpoints")
+    assert (host_dir / "step-00000200" / "COMPLETE").exists()
 
 
 async def test_a_failing_trainer_exhausts_max_restarts_and_says_why(

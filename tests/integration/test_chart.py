@@ -11,6 +11,7 @@ import yaml
 
 from kubetrain.devcluster import build
 from tests.conftest import REPO
+from tests.docs_commands import run_documented, shell_env
 
 CHART = REPO / "deploy" / "chart"
 
@@ -44,6 +45,8 @@ def test_defaults_match_the_kustomize_install() -> None:
     kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in documents)
     assert kinds == [
         "ClusterRole/kubetrain-controller",
+        "ClusterRole/kubetrain-edit",
+        "ClusterRole/kubetrain-view",
         "ClusterRoleBinding/kubetrain-controller",
         "Deployment/kubetrain-controller",
         "Role/kubetrain-leader-election",
@@ -51,8 +54,15 @@ def test_defaults_match_the_kustomize_install() -> None:
         "Service/kubetrain-controller-metrics",
         "ServiceAccount/kubetrain-controller",
     ]
-    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    role = next(
+        d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubetrain-controller"
+    )
     assert not any("secrets" in rule["resources"] for rule in role["rules"])
+    user_roles = list(yaml.safe_load_all((REPO / "deploy" / "base" / "user-roles.yaml").read_text()))
+    for expected in user_roles:
+        rendered = next(d for d in documents if d["metadata"]["name"] == expected["metadata"]["name"])
+        assert rendered["rules"] == expected["rules"]
+        assert expected["metadata"]["labels"].items() <= rendered["metadata"]["labels"].items()
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 2
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -96,19 +106,25 @@ def test_bad_values_are_refused_with_the_fix(value: str, message: str) -> None:
     assert done.returncode != 0 and message in done.stderr
 
 
-def test_helm_install_as_documented_is_accepted_by_the_api_server(kubeconfig: Path, crds: None) -> None:
-    # docs/controller.md: helm install kubetrain deploy/chart -n kubetrain-system --create-namespace
-    done = helm(
-        "install",
-        "kubetrain",
-        str(CHART),
-        "-n",
-        "kubetrain-system",
-        "--create-namespace",
-        "--dry-run=server",
-        "--kubeconfig",
-        str(kubeconfig),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "STATUS: pending-install" in done.stdout
-    assert "kind: Deployment" in done.stdout
+def test_helm_install_as_documented_is_accepted_by_the_api_server(
+    kubeconfig: Path, namespace: str, tmp_path: Path, crds: None
+) -> None:
+    # A dry run: the kustomize install of the same objects may be on the shared cluster.
+    env = shell_env(kubeconfig, namespace, tmp_path)
+    dry = {"--create-namespace": "--create-namespace --dry-run=server"}
+    plain = run_documented(
+        "docs/installing.md",
+        "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace",
+        env=env,
+        replace=dry,
+    ).stdout
+    assert "STATUS: pending-install" in plain and "image: kubetrain/kubetrain:0.1.0" in plain
+    custom = run_documented(
+        "docs/installing.md",
+        "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace --set",
+        env=env,
+        replace=dry,
+    ).stdout
+    assert "STATUS: pending-install" in custom
+    assert "image: registry.example.com/ml/kubetrain:0.1.0" in custom
+    assert "--gang-scheduler-name=volcano" in custom

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, Kubectl
+from tests.docs_commands import run_documented, shell_env
 from tests.support import HANG, fails, pytorchjob, runs_for, training_runtime, trainjob
 
 pytestmark = pytest.mark.usefixtures("controller_process")
@@ -59,7 +60,11 @@ def test_a_failed_job_exits_one_with_its_reason(cli: Any) -> None:
 def test_bad_input_exits_two_naming_the_problem(cli: Any) -> None:
     runtime = training_runtime("torch")
     rejected = cli("submit", manifest=runtime)
-    assert rejected.returncode == 2 and "TrainingRuntime is not a training job" in rejected.stderr
+    assert rejected.returncode == 2 and "holds no training job" in rejected.stderr
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "bad"}, "spec": {}}
+    refused = cli("submit", manifest=[claim, pytorchjob("never", workers=1)])
+    assert refused.returncode == 2 and "spec.accessModes" in refused.stderr, refused.stderr
+    assert cli("get", "never").returncode == 3, "nothing is submitted when what the job needs is refused"
     invalid = pytorchjob("neg", workers=1)
     invalid["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -1
     refused = cli("submit", manifest=invalid)
@@ -76,9 +81,10 @@ def test_list_get_and_describe_show_every_kind(cli: Any, kubectl: Kubectl, names
         == 0
     )
     runtime = training_runtime("torch", pod_annotations=HANG)
-    runtime["metadata"]["namespace"] = namespace
-    kubectl("apply", "-f", "-", input=json.dumps(runtime))
-    assert cli("submit", manifest=trainjob("tj", "torch")).returncode == 0
+    # One file with the job and the runtime it needs, as kubectl apply takes it.
+    submitted = cli("submit", manifest=[runtime, trainjob("tj", "torch")])
+    assert submitted.returncode == 0, submitted.stderr
+    assert "trainingruntime/torch created" in submitted.stderr
     listed = json.loads(cli("list", "-o", "json").stdout)
     assert sorted((j["kind"], j["metadata"]["name"]) for j in listed) == [
         ("PyTorchJob", "pt"),
@@ -144,3 +150,19 @@ def test_resume_resubmits_a_failed_job_and_logs_show_rank_0(cli: Any) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "flaky-a2" in resumed.stdout
     assert "hello from attempt 2" in cli("logs", "pytorchjob/flaky-a2", "--tail", "5").stdout
+
+
+def test_the_reference_examples_run_as_written(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
+    done = run_documented(
+        "docs/reference/cli.md",
+        "kubetrain submit examples/pytorchjob-digits.yaml --wait",
+        "kubetrain list -A -o json | jq",
+        "kubetrain describe ptj/digits",
+        "kubetrain logs digits --role Worker --index 1",
+        env=shell_env(kubeconfig, namespace, tmp_path),
+        timeout=600,
+    )
+    assert "training failed" not in done.stdout, done.stdout[-2000:]
+    assert "\ndigits\n" in done.stdout, "jq found the PyTorchJob in the JSON list"
+    assert "Succeeded" in done.stdout and "/checkpoints/step-00000200" in done.stdout
+    assert "[rank 2]" in done.stdout.splitlines()[-1], "the last line is Worker 1's (rank 2) log"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.nodes import GPU_RESOURCE
+from tests.docs_commands import run_documented, shell_env
 
 
 def _pod(name: str, *, annotations: dict[str, str] | None = None, gpus: int = 0) -> dict[str, Any]:
@@ -32,6 +34,26 @@ async def _wait_phase(
             return pod
         await asyncio.sleep(0.1)
     raise AssertionError(f"pod {name} never reached {phases}; phases seen: {seen}")
+
+
+def test_the_dev_cluster_page_commands_work(dev_cluster: DevCluster, tmp_path: Path) -> None:
+    env = {
+        **shell_env(dev_cluster.kubeconfig, "default", tmp_path),
+        "KUBETRAIN_DEV_STATE": str(dev_cluster.state_dir),
+    }
+    here = {"~/.cache/kubetrain/dev-cluster": str(dev_cluster.state_dir)}
+    done = run_documented(
+        "docs/dev-cluster.md",
+        "export KUBECONFIG=",
+        "kubectl get nodes",
+        "kubetrain dev status",
+        "kubetrain dev logs kube-apiserver",
+        env=env,
+        replace=here,
+    )
+    for node in ("kwok-gpu-0", "kwok-cpu-0", "kubetrain-process-node"):
+        assert node in done.stdout
+    assert "kube-apiserver" in done.stdout and "│ no" not in done.stdout, done.stdout
 
 
 def test_every_component_reports_healthy(dev_cluster: DevCluster) -> None:

@@ -27,6 +27,7 @@ from kubetrain.components import compile as compile_components
 from kubetrain.components.launch import LaunchRequest, launch
 from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
 from tests.conftest import REPO, Kubectl
+from tests.docs_commands import run_documented, shell_env
 
 pytestmark = pytest.mark.usefixtures("controller_process")
 
@@ -78,11 +79,14 @@ def test_the_committed_component_yaml_is_what_the_components_compile_to(tmp_path
         )
 
 
-def test_the_example_pipeline_compiles(tmp_path: Path) -> None:
-    from kfp import compiler
-
+def test_the_example_pipeline_compiles(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
     target = tmp_path / "pipeline.yaml"
-    compiler.Compiler().compile(_example_pipeline().digits_pipeline, str(target))
+    run_documented(
+        "docs/kfp.md",
+        ".venv-kfp/bin/python examples/kfp_pipeline.py compile",
+        env=shell_env(kubeconfig, namespace, tmp_path),
+        replace={"digits.yaml": str(target)},
+    )
     text = target.read_text()
     assert "pytorchjob-launcher" in text and "trainjob-launcher" in text and "evaluate" in text
 
@@ -102,10 +106,13 @@ def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str)
 
 
 def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_checkpoint(
-    kfp_env: Path, namespace: str, kubectl: Kubectl, jobs: JobClient
+    kfp_env: Path, kubeconfig: Path, namespace: str, jobs: JobClient
 ) -> None:
-    kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
-    claim(kubectl, namespace, "kfp-digits-checkpoints")
+    run_documented(
+        "docs/kfp.md",
+        "kubectl apply -f examples/trainjob-runtime-local.yaml",
+        env=shell_env(kubeconfig, namespace, kfp_env),
+    )
     pipeline = _example_pipeline()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_env / "outputs"))
     run = pipeline.digits_pipeline(
