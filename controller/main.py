@@ -212,7 +212,8 @@ class Manager:
         )
         queue = WorkQueue(reconciler.name)
         trainjobs.add_handler(reconciler.job_handler(queue.add))
-        for children in (pods, services, snapshots):
+        pods.add_handler(reconciler.pod_handler(queue.add))
+        for children in (services, snapshots):
             children.add_handler(reconciler.child_handler(queue.add))
         for informer in (runtimes, cluster_runtimes):
             informer.add_handler(reconciler.runtime_handler(queue.add))

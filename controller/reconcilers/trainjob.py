@@ -42,7 +42,7 @@ from kubetrain.controller.core.expectations import Expectations
 from kubetrain.controller.core.runner import Result
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.informer import Handler, Informer
 from kubetrain.controller.kube.patch import merge_patch
 from kubetrain.controller.kube.resources import (
     CONFIGMAPS,
@@ -51,7 +51,7 @@ from kubetrain.controller.kube.resources import (
     SERVICES,
     TRAINJOBS,
 )
-from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.observe import termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
 from kubetrain.controller.reconcilers.writes import ChildWriter
@@ -168,44 +168,18 @@ class TrainJobReconciler:
         self.managed_by = frozenset(managed)
 
     # -- event handlers ------------------------------------------------------------------------------
-    def child_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
-        """Pods, services and snapshots: settle expectations, enqueue the owning TrainJob."""
+    def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Pods: settle the pod expectations, enqueue the owning TrainJob."""
+        return handlers.child_handler(TRAINJOBS, enqueue, self.expectations)
 
-        def handle(old: Obj | None, new: Obj | None) -> None:
-            obj = new if new is not None else old
-            assert obj is not None
-            owner = next(
-                (
-                    r
-                    for r in obj["metadata"].get("ownerReferences") or []
-                    if r.get("controller") and r.get("kind") == "TrainJob"
-                ),
-                None,
-            )
-            if owner is None:
-                return
-            key = f"{obj['metadata']['namespace']}/{owner['name']}"
-            if obj.get("kind", "Pod") == "Pod" and "containers" in (obj.get("spec") or {}):
-                if old is None:
-                    self.expectations.creation_observed(key)
-                elif new is None:
-                    self.expectations.deletion_observed(key, obj["metadata"].get("uid", ""))
-            enqueue(key)
+    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Services and runtime snapshots: enqueue the owning TrainJob (their writes are not tracked)."""
+        return handlers.child_handler(TRAINJOBS, enqueue)
 
-        return handle
+    def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        return handlers.job_handler(enqueue, self.expectations)
 
-    def job_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
-        def handle(old: Obj | None, new: Obj | None) -> None:
-            obj = new if new is not None else old
-            assert obj is not None
-            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            if new is None:
-                self.expectations.forget(key)
-            enqueue(key)
-
-        return handle
-
-    def runtime_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
+    def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
 
         def handle(old: Obj | None, new: Obj | None) -> None:

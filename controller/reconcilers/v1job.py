@@ -37,10 +37,11 @@ from kubetrain.controller.core.expectations import Expectations
 from kubetrain.controller.core.runner import Result
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
+from kubetrain.controller.kube.informer import Handler, Informer
 from kubetrain.controller.kube.patch import merge_patch
 from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
+from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
 from kubetrain.controller.reconcilers.observe import Observation, observe
 from kubetrain.controller.reconcilers.writes import ChildWriter
@@ -142,45 +143,14 @@ class V1JobReconciler:
         self._last_write: dict[str, float] = {}
 
     # -- event handlers ------------------------------------------------------------------------------
-    def owner_key(self, obj: Obj) -> str | None:
-        """The key of the job of this kind that controls ``obj``, if any."""
-        for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-            if (
-                ref.get("controller")
-                and ref.get("kind") == self.framework.kind
-                and ref.get("apiVersion", "").startswith(self.framework.resource.group + "/")
-            ):
-                return f"{obj['metadata']['namespace']}/{ref['name']}"
-        return None
+    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Informer handler for pods, services and pod groups: settle expectations, enqueue the owning job."""
+        return handlers.child_handler(self.framework.resource, enqueue, self.expectations)
 
-    def child_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
-        """Informer handler for pods and services: settle expectations, enqueue the owning job."""
-
-        def handle(old: Obj | None, new: Obj | None) -> None:
-            obj = new if new is not None else old
-            assert obj is not None
-            key = self.owner_key(obj)
-            if key is None:
-                return
-            if old is None:
-                self.expectations.creation_observed(key)
-            elif new is None:
-                self.expectations.deletion_observed(key, obj["metadata"].get("uid", ""))
-            enqueue(key)
-
-        return handle
-
-    def job_handler(self, enqueue: Callable[[str], None]) -> Callable[[Obj | None, Obj | None], None]:
-        def handle(old: Obj | None, new: Obj | None) -> None:
-            obj = new if new is not None else old
-            assert obj is not None
-            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            if new is None:
-                self.expectations.forget(key)
-                self._last_write.pop(key, None)
-            enqueue(key)
-
-        return handle
+    def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        return handlers.job_handler(
+            enqueue, self.expectations, on_delete=lambda key: self._last_write.pop(key, None)
+        )
 
     # -- reconcile -------------------------------------------------------------------------------------
     def manages(self, job: Obj) -> bool:

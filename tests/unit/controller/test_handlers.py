@@ -1,0 +1,50 @@
+"""The informer handlers: which job a change enqueues, and which changes settle expectations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.kube.resources import PYTORCHJOBS, TRAINJOBS
+from kubetrain.controller.reconcilers import handlers
+
+
+def child(kind: str, owner_kind: str = "TrainJob", api_version: str = "trainer.kubeflow.org/v1alpha1") -> Any:
+    owner = {"apiVersion": api_version, "kind": owner_kind, "name": "tj", "uid": "u", "controller": True}
+    return {
+        "kind": kind,
+        "metadata": {"name": "c", "namespace": "ns", "uid": "c-1", "ownerReferences": [owner]},
+    }
+
+
+def test_a_child_enqueues_the_job_of_the_owner_kind_that_controls_it() -> None:
+    queued: list[str] = []
+    handle = handlers.child_handler(TRAINJOBS, queued.append)
+    handle(None, child("Service"))
+    handle(None, child("Pod", owner_kind="PyTorchJob", api_version="kubeflow.org/v1"))
+    handle(None, child("Pod", api_version="example.com/v1"))
+    assert queued == ["ns/tj"]
+    assert handlers.owner_key(child("Pod", "PyTorchJob", "kubeflow.org/v1"), PYTORCHJOBS) == "ns/tj"
+
+
+def test_a_handler_given_expectations_settles_the_adds_and_deletes_it_sees() -> None:
+    expectations = Expectations()
+    expectations.expect_creations("ns/tj", 1)
+    expectations.expect_deletion("ns/tj", "c-1")
+    handle = handlers.child_handler(TRAINJOBS, lambda _: None, expectations)
+    handle(None, child("Pod"))
+    assert not expectations.satisfied("ns/tj")
+    handle(child("Pod"), None)
+    assert expectations.satisfied("ns/tj")
+
+
+def test_a_deleted_job_forgets_its_expectations_and_runs_on_delete() -> None:
+    expectations = Expectations()
+    expectations.expect_creations("ns/tj", 3)
+    dropped: list[str] = []
+    handle = handlers.job_handler(lambda _: None, expectations, on_delete=dropped.append)
+    job = {"metadata": {"name": "tj", "namespace": "ns"}}
+    handle(None, job)
+    assert dropped == [] and not expectations.satisfied("ns/tj")
+    handle(job, None)
+    assert dropped == ["ns/tj"] and expectations.satisfied("ns/tj")
