@@ -56,7 +56,7 @@ from kubetrain.controller.reconcilers.observe import termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
 from kubetrain.controller.reconcilers.writes import ChildWriter
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import Obj, SharedPodPlugin
+from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
 from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
 from kubetrain.controller.runtimes.gpu import GpuPlugin
 from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build
@@ -367,7 +367,7 @@ class TrainJobReconciler:
                 "name": snapshot_name(meta["name"]),
                 "namespace": meta["namespace"],
                 "labels": {naming.TRAINJOB_RUNTIME_SNAPSHOT: meta["name"]},
-                "ownerReferences": [_owner_reference(ctx.job)],
+                "ownerReferences": [JobIdentity(ctx.job).owner_reference()],
             },
             "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
         }
@@ -554,17 +554,6 @@ class TrainJobReconciler:
         ctx.original = copy.deepcopy(ctx.status)
         conditions = [c["type"] for c in ctx.status.get("conditions") or [] if c.get("status") == "True"]
         log.info("trainjob %s status: %s", ctx.key, ",".join(conditions) or "running")
-
-
-def _owner_reference(job: Obj) -> Obj:
-    return {
-        "apiVersion": job["apiVersion"],
-        "kind": job["kind"],
-        "name": job["metadata"]["name"],
-        "uid": job["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def _framework_of(runtime: Obj) -> str:

@@ -38,13 +38,13 @@ class Replica:
 
 
 @dataclass
-class JobInfo:
-    """The shared build state of one reconcile: the job, its defaulted replicas, what plugins found."""
+class JobIdentity:
+    """A job object, read the way its children need it: names, spec, annotations, owner reference.
+
+    The base of the build state of every kind (``JobInfo``, a TrainJob's ``TrainJobInfo``).
+    """
 
     job: Obj
-    framework: Framework
-    replicas: dict[str, Replica]
-    warnings: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -64,20 +64,12 @@ class JobInfo:
         return spec
 
     @property
-    def run_policy(self) -> Obj:
-        policy: Obj = self.spec.get("runPolicy") or {}
-        return policy
-
-    @property
     def annotations(self) -> dict[str, str]:
         annotations: dict[str, str] = self.job["metadata"].get("annotations") or {}
         return annotations
 
-    @property
-    def total_replicas(self) -> int:
-        return sum(r.replicas for r in self.replicas.values())
-
     def owner_reference(self) -> Obj:
+        """The reference that makes the job the controller of a child (deleted with it)."""
         return {
             "apiVersion": self.job["apiVersion"],
             "kind": self.job["kind"],
@@ -86,6 +78,24 @@ class JobInfo:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+
+@dataclass
+class JobInfo(JobIdentity):
+    """The shared build state of one reconcile: the job, its defaulted replicas, what plugins found."""
+
+    framework: Framework
+    replicas: dict[str, Replica]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_policy(self) -> Obj:
+        policy: Obj = self.spec.get("runPolicy") or {}
+        return policy
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(r.replicas for r in self.replicas.values())
 
     def default_container(self, template: Obj) -> Obj | None:
         """The container named after the framework (``pytorch``...), else the first one."""

@@ -27,7 +27,7 @@ from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.controller.kube.resources import PVCS, Resource
 from kubetrain.controller.kube.strategic import merge, upsert_env
-from kubetrain.controller.runtimes.framework import Obj, Replica
+from kubetrain.controller.runtimes.framework import JobIdentity, Obj, Replica
 
 TRAINER = "trainer"
 DATASET_INITIALIZER = "dataset-initializer"
@@ -87,10 +87,9 @@ class Extra:
 
 
 @dataclass
-class TrainJobInfo:
+class TrainJobInfo(JobIdentity):
     """The shared build state of one TrainJob reconcile; pod plugins read it like a v1 ``JobInfo``."""
 
-    job: Obj
     runtime: Obj
     jobset: Obj
     pod_sets: list[PodSet]
@@ -98,29 +97,7 @@ class TrainJobInfo:
     warnings: list[str] = field(default_factory=list)
     extras: list[Extra] = field(default_factory=list)
 
-    # -- what pod plugins (checkpoint, GPU, gang) read ---------------------------------------------
-    @property
-    def name(self) -> str:
-        return str(self.job["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.job["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.job["metadata"]["uid"])
-
-    @property
-    def spec(self) -> Obj:
-        spec: Obj = self.job.get("spec") or {}
-        return spec
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        annotations: dict[str, str] = self.job["metadata"].get("annotations") or {}
-        return annotations
-
+    # -- what pod plugins (checkpoint, GPU, gang) read, beside the job's identity -------------------
     @property
     def runtime_spec(self) -> Obj:
         spec: Obj = self.runtime.get("spec") or {}
@@ -164,16 +141,6 @@ class TrainJobInfo:
     def gang_policy(self) -> str | None:
         policy = self.runtime_spec.get("podGroupPolicy") or {}
         return next((k for k in ("coscheduling", "volcano") if policy.get(k) is not None), None)
-
-    def owner_reference(self) -> Obj:
-        return {
-            "apiVersion": self.job["apiVersion"],
-            "kind": self.job["kind"],
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
 
     # -- what the ML policies read -----------------------------------------------------------------
     def trainer(self) -> PodSet | None:
