@@ -134,6 +134,17 @@ def resolve(client: JobClient, ref: str, namespace: str) -> Obj:
     return found[0]
 
 
+@contextmanager
+def connect_to_job(
+    ref: str, namespace: str | None, kubeconfig: str | None, context: str | None
+) -> Iterator[tuple[JobClient, str, Obj]]:
+    """What a command on one job starts with: a client (as ``connect``), the namespace (as
+    ``default_namespace``) and the job ``ref`` names there (as ``resolve``)."""
+    ns = default_namespace(kubeconfig, context, namespace)
+    with connect(kubeconfig, context) as client:
+        yield client, ns, resolve(client, ref, ns)
+
+
 def check_output(output: str) -> None:
     if output not in OUTPUTS:
         fail(f"--output must be one of {', '.join(OUTPUTS)} (got {output!r})", EXIT_USAGE)
@@ -327,9 +338,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show one job."""
         check_output(output)
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (_, _, found):
             emit(found, output, lambda: jobs_table([found], namespaces=False))
 
     @app.command()
@@ -340,9 +349,7 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Conditions, replicas, pods, the training report and the events of a job."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
             _describe(client, found)
 
     @app.command()
@@ -360,9 +367,7 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Print the logs of rank 0, or of --role/--index."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
             if follow:
                 for line in client.follow_logs(found, role=role, index=index):
                     print(line, flush=True)
@@ -378,9 +383,8 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Wait for a job to finish; exit 0 when it succeeded, 1 when it failed, 4 on timeout."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            finish(client, wait_with_progress(client, resolve(client, job, ns), timeout))
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
+            finish(client, wait_with_progress(client, found, timeout))
 
     @app.command()
     def delete(
@@ -390,9 +394,7 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Delete a job and its pods."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
             client.delete(found["kind"], found["metadata"]["name"], ns)
             console.print(f"deleted {found['kind']} {ns}/{found['metadata']['name']}")
 
@@ -404,9 +406,7 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Suspend a running job: its pods are deleted, checkpoints stay."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
             if kinds.is_finished(found):
                 fail(
                     f"{found['kind']} {ns}/{found['metadata']['name']} already finished ({kinds.state(found)})",
@@ -425,9 +425,7 @@ def register(app: typer.Typer) -> None:
         context: Context = None,
     ) -> None:
         """Resume a suspended job, or resubmit a failed one as its next attempt (same checkpoint dir)."""
-        ns = default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            found = resolve(client, job, ns)
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
             state = kinds.state(found)
             if state == "Suspended":
                 resumed = client.set_suspended(found["kind"], found["metadata"]["name"], ns, False)
