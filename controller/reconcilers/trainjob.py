@@ -122,6 +122,7 @@ class _Pass:
     original: Obj
     pods: list[Obj]
     now: dt.datetime
+    gang: GangScheduler | None = None  # decided once per pass, when the pod sets are built
 
     @property
     def stamp(self) -> str:
@@ -162,6 +163,7 @@ class TrainJobReconciler:
         self.settings = settings
         self.clock = clock
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
+        self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
         managed = set(settings.managed_by)
         if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
@@ -177,7 +179,9 @@ class TrainJobReconciler:
         return handlers.child_handler(TRAINJOBS, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        return handlers.job_handler(enqueue, self.expectations)
+        return handlers.job_handler(
+            enqueue, self.expectations, on_delete=lambda key: self._snapshot_runtimes.pop(key, None)
+        )
 
     def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
@@ -232,6 +236,7 @@ class TrainJobReconciler:
             self.recorder.event(job, WARNING, "TrainJobResourcesCreationFailed", str(exc))
             log.warning("trainjob %s: %s", key, exc)
             return Result(requeue_after=30.0)
+        ctx.gang = self._gang(info)
         if is_finished(status):
             return await self._finished(ctx, info)
         if (job.get("spec") or {}).get("suspend") is True:
@@ -288,7 +293,7 @@ class TrainJobReconciler:
             await self.writer.delete_all(info.job, PODS, obs.stale)
             return Result()
         creates = []
-        plugins = self._plugins(info)
+        plugins = self._plugins(ctx.gang)
         for child in obs.jobs:
             if child.complete or not jobset.depends_on_met(info, child.pod_set, obs):
                 continue
@@ -300,7 +305,7 @@ class TrainJobReconciler:
                     )
                 )
         if creates:
-            await self._prepare(info)
+            await self._prepare(info, ctx.gang)
         await asyncio.gather(
             self.writer.create_all(info.job, PODS, creates, track=True),
             self._write_status(ctx),
@@ -319,8 +324,7 @@ class TrainJobReconciler:
         if snapshot is not None and any(
             r.get("uid") == meta["uid"] for r in snapshot["metadata"].get("ownerReferences") or []
         ):
-            runtime: Obj = yaml.safe_load(snapshot.get("data", {}).get("runtime") or "{}")
-            return runtime
+            return self._snapshot_runtime(ctx.key, snapshot)
         ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
         group = ref.get("apiGroup") or v2.GROUP
         kind = ref.get("kind") or "ClusterTrainingRuntime"
@@ -382,6 +386,17 @@ class TrainJobReconciler:
             pass  # another pass took it first; it holds the same runtime
         return runtime
 
+    def _snapshot_runtime(self, key: str, snapshot: Obj) -> Obj:
+        """The runtime a snapshot holds, parsed once per resourceVersion of the snapshot (parsing the
+        YAML costs more than the rest of a pass). The result is shared across passes: read only."""
+        version = str(snapshot["metadata"].get("resourceVersion") or "")
+        cached = self._snapshot_runtimes.get(key)
+        if version and cached is not None and cached[0] == version:
+            return cached[1]
+        runtime: Obj = yaml.safe_load(snapshot.get("data", {}).get("runtime") or "{}")
+        self._snapshot_runtimes[key] = (version, runtime)
+        return runtime
+
     # -- lifecycle -------------------------------------------------------------------------------------
     async def _finish(
         self, ctx: _Pass, info: TrainJobInfo, complete: bool, reason: str, message: str
@@ -426,9 +441,8 @@ class TrainJobReconciler:
             and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
         await self.writer.delete_all(info.job, PODS, running)
-        gang = self._gang(info)
-        if gang is not None:
-            await self.kube.delete(gang.resource, info.name, info.namespace)
+        if ctx.gang is not None:
+            await self.kube.delete(ctx.gang.resource, info.name, info.namespace)
 
     async def _suspend(self, ctx: _Pass, info: TrainJobInfo) -> None:
         live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
@@ -487,14 +501,13 @@ class TrainJobReconciler:
             )
         return None
 
-    def _plugins(self, info: TrainJobInfo) -> list[SharedPodPlugin]:
+    def _plugins(self, gang: GangScheduler | None) -> list[SharedPodPlugin]:
         plugins: list[SharedPodPlugin] = [CheckpointPlugin(), GpuPlugin()]
-        gang = self._gang(info)
         if gang is not None:
             plugins.append(GangPlugin(gang))
         return plugins
 
-    async def _prepare(self, info: TrainJobInfo) -> None:
+    async def _prepare(self, info: TrainJobInfo, gang: GangScheduler | None) -> None:
         """What must exist before pods: the headless Service, the ML policy's objects, the pod group."""
         if self.services.get(f"{info.namespace}/{info.subdomain}") is None:
             await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
@@ -512,7 +525,6 @@ class TrainJobReconciler:
                         "deploy/extras/mpi-ssh-keys to grant it",
                     ) from exc
                 raise
-        gang = self._gang(info)
         if gang is not None:
             try:
                 await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)

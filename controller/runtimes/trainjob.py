@@ -88,7 +88,10 @@ class Extra:
 
 @dataclass
 class TrainJobInfo(JobIdentity):
-    """The shared build state of one TrainJob reconcile; pod plugins read it like a v1 ``JobInfo``."""
+    """The shared build state of one TrainJob reconcile; pod plugins read it like a v1 ``JobInfo``.
+
+    ``runtime`` is shared (with the runtime informer's cache, or across passes): read it, never change it.
+    """
 
     runtime: Obj
     jobset: Obj
