@@ -160,7 +160,7 @@ class Manager:
             )
             queue = WorkQueue(reconciler.name)
             jobs.add_handler(reconciler.job_handler(queue.add))
-            pods.add_handler(reconciler.child_handler(queue.add))
+            pods.add_handler(reconciler.pod_handler(queue.add))
             services.add_handler(reconciler.child_handler(queue.add))
             if pod_groups is not None:
                 pod_groups.add_handler(reconciler.child_handler(queue.add))

@@ -143,9 +143,14 @@ class V1JobReconciler:
         self._last_write: dict[str, float] = {}
 
     # -- event handlers ------------------------------------------------------------------------------
-    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        """Informer handler for pods, services and pod groups: settle expectations, enqueue the owning job."""
+    def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Pods: settle the pod expectations, enqueue the owning job."""
         return handlers.child_handler(self.framework.resource, enqueue, self.expectations)
+
+    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Services and pod groups: enqueue the owning job (their creates are not tracked, so their
+        events must not settle the pods' expectations)."""
+        return handlers.child_handler(self.framework.resource, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
         return handlers.job_handler(
