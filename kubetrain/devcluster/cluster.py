@@ -34,7 +34,8 @@ from kubetrain.devcluster.process import Component, HealthCheck
 # garbage collection, namespace deletion, default service accounts, the
 # finalizers that protect pod groups, claims and volumes in use (without them a
 # deleted claim, and so its namespace, would wait forever), binding claims
-# to volumes, and folding aggregated ClusterRoles (kubetrain-edit) into `edit`.
+# to volumes, folding aggregated ClusterRoles (kubetrain-edit) into `edit`, and
+# Deployments (the controller's own install rolls out here as on any cluster).
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -43,6 +44,8 @@ KCM_CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "podgroup-protection-controller",
     "clusterrole-aggregation-controller",
+    "deployment-controller",
+    "replicaset-controller",
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",

@@ -109,16 +109,17 @@ def test_bad_values_are_refused_with_the_fix(value: str, message: str) -> None:
 def test_helm_install_as_documented_is_accepted_by_the_api_server(
     kubeconfig: Path, namespace: str, tmp_path: Path, crds: None
 ) -> None:
-    # A dry run: the kustomize install of the same objects may be on the shared cluster.
+    # A dry run, so that the cluster keeps no release.
     env = shell_env(kubeconfig, namespace, tmp_path)
-    dry = {"--create-namespace": "--create-namespace --dry-run=server"}
+    # --take-ownership: the kustomize install of the same objects may be on the shared cluster.
+    dry = {"--create-namespace": "--create-namespace --dry-run=server --take-ownership"}
     plain = run_documented(
         "docs/installing.md",
         "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace",
         env=env,
         replace=dry,
     ).stdout
-    assert "STATUS: pending-install" in plain and "image: kubetrain/kubetrain:0.1.0" in plain
+    assert "STATUS: pending-install" in plain and 'image: "kubetrain/kubetrain:0.1.0"' in plain
     custom = run_documented(
         "docs/installing.md",
         "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace --set",
@@ -126,5 +127,5 @@ def test_helm_install_as_documented_is_accepted_by_the_api_server(
         replace=dry,
     ).stdout
     assert "STATUS: pending-install" in custom
-    assert "image: registry.example.com/ml/kubetrain:0.1.0" in custom
+    assert 'image: "registry.example.com/ml/kubetrain:0.1.0"' in custom
     assert "--gang-scheduler-name=volcano" in custom
