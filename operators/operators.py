@@ -186,6 +186,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             kwargs.pop("durable", None)
         super().__init__(**kwargs)
         self.kind = kinds.kind_of(kind or self.default_kind).kind
+        self._kind_given = kind is not None
         self.job = job
         self.name = name
         self.namespace = namespace
@@ -255,6 +256,22 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         if self.kind == "TrainJob" and self.job is None and not self.runtime:
             raise ValueError("runtime is required for a TrainJob, e.g. runtime='torch-distributed'")
 
+    def _manifest_kind(self, kind: str | None) -> str:
+        """A manifest's kind becomes the task's (its retries look for jobs of that kind); one that
+        contradicts the operator's kind is refused."""
+        if not kind:
+            return self.kind
+        try:
+            found = kinds.kind_of(kind).kind
+        except ValueError as exc:
+            raise AirflowException(f"job: {exc}") from None
+        if found != self.kind and self._kind_given:
+            raise AirflowException(
+                f"job is a {found} but this task runs {self.kind}s; use TrainingJobOperator for a {found}"
+            )
+        self.kind = found
+        return found
+
     def build_manifest(self, context: Mapping[str, Any]) -> Obj:
         """The job to submit: the manifest given, or one built from the arguments; with identity labels."""
         name = self.name or derived_name(context)
@@ -262,7 +279,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             body = self._load_manifest(self.job)
             body.setdefault("metadata", {})
             body["metadata"].setdefault("name", name)
-            body["kind"] = body.get("kind") or self.kind
+            body["kind"] = self._manifest_kind(body.get("kind"))
         else:
             spec = JobSpec(
                 name=name,

@@ -45,6 +45,11 @@ def commands(doc: str | None = None) -> list[DocCommand]:
     return found
 
 
+def python_blocks(doc: str) -> list[str]:
+    """The ``python`` code blocks of ``doc``, for tests that run them."""
+    return re.findall(r"^```python\n(.*?)^```", (REPO / doc).read_text(), re.S | re.M)
+
+
 def documented(doc: str, prefix: str) -> str:
     """The command of ``doc`` that is ``prefix``, else the only one that starts with it."""
     texts = [c.text for c in commands(doc)]

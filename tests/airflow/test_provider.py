@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from kubetrain.operators import JobTrigger, PyTorchJobOperator, TrainingJobOperator, TrainJobOperator
+from kubetrain.operators.compat import AirflowException
 from kubetrain.operators.operators import derived_name, task_identity
 from kubetrain.operators.provider import get_provider_info
+from tests.docs_commands import python_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,6 +75,32 @@ def test_a_manifest_file_is_loaded_and_labelled(tmp_path: Path) -> None:
     body = op.build_manifest(context())
     assert body["metadata"]["name"] == "mnist-gpu"
     assert body["metadata"]["labels"]["kubetrain.dev/dag-id"] == "nightly_training"
+
+
+def test_a_manifest_decides_the_kind_unless_the_operator_names_another(tmp_path: Path) -> None:
+    tfjob = tmp_path / "tfjob.yaml"
+    tfjob.write_text(
+        "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: tf}\n"
+        "spec: {tfReplicaSpecs: {Worker: {replicas: 1, template: {spec: {containers: [{name: tensorflow, image: tf}]}}}}}\n"
+    )
+    op = TrainingJobOperator(task_id="tf", job=str(tfjob))
+    assert op.build_manifest(context())["kind"] == "TFJob"
+    assert op.kind == "TFJob", "a retry looks for TFJobs"
+    with pytest.raises(AirflowException, match="job is a TFJob but this task runs PyTorchJobs"):
+        PyTorchJobOperator(task_id="tf", job=str(tfjob)).build_manifest(context())
+
+
+def test_the_documented_operators_construct() -> None:
+    scope: dict[str, Any] = {}
+    for block in python_blocks("docs/airflow.md"):
+        exec(block, scope)  # the guide's examples, as a DAG file would run them
+    train = scope["train"]
+    assert (train.kind, train.num_workers, train.gpus, train.checkpoint_volume) == (
+        "PyTorchJob",
+        3,
+        1,
+        "train-checkpoints",
+    )
 
 
 def test_a_trainjob_needs_a_runtime() -> None:

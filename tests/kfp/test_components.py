@@ -27,7 +27,7 @@ from kubetrain.components import compile as compile_components
 from kubetrain.components.launch import LaunchRequest, launch
 from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented, shell_env
+from tests.docs_commands import python_blocks, run_documented, shell_env
 
 pytestmark = pytest.mark.usefixtures("controller_process")
 
@@ -89,6 +89,18 @@ def test_the_example_pipeline_compiles(kubeconfig: Path, namespace: str, tmp_pat
     )
     text = target.read_text()
     assert "pytorchjob-launcher" in text and "trainjob-launcher" in text and "evaluate" in text
+
+
+def test_the_documented_pipeline_compiles(tmp_path: Path) -> None:
+    from kfp import compiler
+
+    scope: dict[str, Any] = {}
+    (block,) = python_blocks("docs/kfp.md")
+    exec(block, scope)  # the guide's pipeline, as a pipeline module would define it
+    target = tmp_path / "train.yaml"
+    compiler.Compiler().compile(scope["train"], str(target))
+    text = target.read_text()
+    assert "pytorchjob-launcher" in text and "trainjob-launcher" in text and "nvidia.com/gpu" in text
 
 
 def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from kubetrain import checkpoint
 from kubetrain.checkpoint import CheckpointManager
+from tests.docs_commands import python_blocks
 
 
 def test_save_then_load_latest_round_trips_bytes(tmp_path: Path) -> None:
@@ -184,3 +186,55 @@ def test_no_directory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBETRAIN_CHECKPOINT_DIR", raising=False)
     with pytest.raises(ValueError, match="KUBETRAIN_CHECKPOINT_DIR"):
         CheckpointManager()
+
+
+DOCUMENTED_LOOP_PRELUDE = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps, loss, accuracy = 300, 0.5, 0.9
+"""
+
+
+def test_the_documented_loop_saves_then_a_rerun_resumes(tmp_path: Path) -> None:
+    # docs/checkpoints.md's loop, run twice as a pod would run it twice: the second run resumes.
+    (loop,) = python_blocks("docs/checkpoints.md")
+    script = tmp_path / "train.py"
+    script.write_text(DOCUMENTED_LOOP_PRELUDE + loop + "\nprint('started at', start)\n")
+    env = {
+        **os.environ,
+        "KUBETRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(tmp_path / "termination-log"),
+    }
+    runs = [
+        subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=False)
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert "started at 0" in runs[0].stdout and "started at 300" in runs[1].stdout
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == [
+        "step-00000100",
+        "step-00000200",
+        "step-00000300",
+    ]
+    report = json.loads((tmp_path / "termination-log").read_text())
+    assert report["last_checkpoint"].endswith("step-00000300") and report["metrics"]["accuracy"] == 0.9
+
+
+def test_the_documented_device_setup_joins_a_process_group_on_cpus(tmp_path: Path) -> None:
+    # docs/gpus.md's device and backend choice, as one rank of a one-process job on a host without GPUs.
+    (setup,) = python_blocks("docs/gpus.md")
+    script = tmp_path / "setup.py"
+    script.write_text(setup + "\nprint(device, dist.get_backend(), dist.get_world_size())\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["cpu", "gloo", "1"]
