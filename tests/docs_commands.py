@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from kubetrain.devcluster import build
+
 REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```(bash|sh)\n(.*?)^```", re.S | re.M)
 
@@ -68,8 +70,6 @@ def shell_env(kubeconfig: Path, namespace: str, workdir: Path) -> dict[str, str]
         context["context"]["namespace"] = namespace
     scoped = workdir / "kubeconfig"
     scoped.write_text(yaml.safe_dump(config))
-    from kubetrain.devcluster import build  # lazily: the Airflow and KFP environments read commands only
-
     path = [str(build.binary_path("kubectl").parent), str(Path(sys.executable).parent), os.environ["PATH"]]
     return {**os.environ, "KUBECONFIG": str(scoped), "PATH": os.pathsep.join(path), "COLUMNS": "200"}
 

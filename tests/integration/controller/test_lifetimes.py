@@ -120,3 +120,24 @@ async def test_clean_pod_policy_none_keeps_pods_when_the_deadline_fails_the_job(
     )
     await jobs.wait_condition("keep", "Failed", timeout=20)
     assert _names(await jobs.pods("keep")) == ["keep-master-0", "keep-worker-0"]
+
+
+async def test_a_controller_restarted_before_the_deadline_still_fires_it_on_time(
+    start_controller: Any, jobs: Jobs
+) -> None:
+    first = await start_controller()
+    await jobs.create(
+        pytorchjob(
+            "restarted",
+            workers=1,
+            master_annotations=HANG,
+            worker_annotations=HANG,
+            run_policy={"activeDeadlineSeconds": 6},
+        )
+    )
+    await jobs.wait_condition("restarted", "Running")
+    await first.stop()
+    # The new controller learns the deadline from the job's startTime, not from any memory of the old.
+    await start_controller()
+    job = await jobs.wait_condition("restarted", "Failed", timeout=20)
+    assert _condition(job, "Failed")["reason"] == "DeadlineExceeded"
