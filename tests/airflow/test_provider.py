@@ -93,7 +93,7 @@ def test_a_manifest_decides_the_kind_unless_the_operator_names_another(tmp_path:
 def test_the_documented_operators_construct() -> None:
     scope: dict[str, Any] = {}
     for block in python_blocks("docs/airflow.md"):
-        exec(block, scope)  # the guide's examples, as a DAG file would run them
+        exec(compile(block, "docs/airflow.md", "exec", dont_inherit=True), scope)  # as a DAG file runs them
     train = scope["train"]
     assert (train.kind, train.num_workers, train.gpus, train.checkpoint_volume) == (
         "PyTorchJob",
