@@ -111,6 +111,7 @@ class AsyncJobClient:
         self.custom: Any = client.CustomObjectsApi(api)
         self.core: Any = client.CoreV1Api(api)
         self._owns_api = owns_api
+        self._dynamic: Any = None  # a discovery-backed client for other kinds, made on first use
 
     @classmethod
     async def connect(
@@ -187,7 +188,9 @@ class AsyncJobClient:
 
         body = copy.deepcopy(manifest)
         what = f"{body.get('kind')} {body.get('metadata', {}).get('name')}"
-        dynamic = await DynamicClient(self.api)
+        if self._dynamic is None:
+            self._dynamic = await DynamicClient(self.api)  # discovers the cluster's kinds, once
+        dynamic = self._dynamic
         try:
             resource = await dynamic.resources.get(api_version=body.get("apiVersion"), kind=body.get("kind"))
         except ResourceNotFoundError:
