@@ -124,6 +124,12 @@ class Kubectl:
         return proc
 
 
+@pytest.fixture
+def shell(kubeconfig: Path, namespace: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a user's shell in this test's namespace, for running documented commands."""
+    return shell_env(kubeconfig, namespace, tmp_path)
+
+
 @pytest.fixture(scope="session")
 def crds(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Install deploy/crds as the docs say (server-side apply: the CRDs are too big for client-side)."""

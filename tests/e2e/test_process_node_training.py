@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented_async, shell_env
+from tests.docs_commands import run_documented_async
 from tests.support import Jobs, eventually
 
 STEPS_LINE = re.compile(r"\[rank (\d+)\] training step=(\d+)")
@@ -111,8 +111,7 @@ async def test_the_walkthrough_trains_a_master_and_two_workers_to_success(
     core: client.CoreV1Api,
     namespace: str,
     kubectl: Kubectl,
-    kubeconfig: Path,
-    tmp_path: Path,
+    shell: dict[str, str],
 ) -> None:
     # docs/process-node.md as written; the cluster, the CRDs and the controller are the fixtures'.
     done = await run_documented_async(
@@ -120,7 +119,7 @@ async def test_the_walkthrough_trains_a_master_and_two_workers_to_success(
         "kubectl apply -f examples/pytorchjob-digits.yaml",
         "kubectl wait --for=condition=Succeeded pytorchjob/digits",
         "kubectl logs -f digits-worker-1",
-        env=shell_env(kubeconfig, namespace, tmp_path),
+        env=shell,
         timeout=600,
     )
     assert "[rank 2] training step=200" in done.stdout, done.stdout[-500:]

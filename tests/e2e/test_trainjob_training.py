@@ -11,7 +11,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented_async, shell_env
+from tests.docs_commands import run_documented_async
 from tests.e2e.test_process_node_training import claim_dir, logs, make_claim
 from tests.support import Jobs, eventually
 
@@ -81,8 +81,7 @@ async def test_the_walkthrough_trains_two_nodes_through_torchrun_to_complete(
     core: client.CoreV1Api,
     namespace: str,
     kubectl: Kubectl,
-    kubeconfig: Path,
-    tmp_path: Path,
+    shell: dict[str, str],
 ) -> None:
     # docs/trainjob.md as written; the cluster, the CRDs and the controller are the fixtures'.
     done = await run_documented_async(
@@ -91,7 +90,7 @@ async def test_the_walkthrough_trains_two_nodes_through_torchrun_to_complete(
         "kubectl get clustertrainingruntimes",
         "kubectl wait --for=condition=Complete trainjob/digits",
         "kubectl logs -l jobset.sigs.k8s.io/jobset-name=digits",
-        env=shell_env(kubeconfig, namespace, tmp_path),
+        env=shell,
         timeout=600,
     )
     assert "torch-distributed-local" in done.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ import yaml
 
 from kubetrain.devcluster import build
 from tests.conftest import REPO
-from tests.docs_commands import run_documented, shell_env
+from tests.docs_commands import run_documented
 
 CHART = REPO / "deploy" / "chart"
 
@@ -106,24 +105,21 @@ def test_bad_values_are_refused_with_the_fix(value: str, message: str) -> None:
     assert done.returncode != 0 and message in done.stderr
 
 
-def test_helm_install_as_documented_is_accepted_by_the_api_server(
-    kubeconfig: Path, namespace: str, tmp_path: Path, crds: None
-) -> None:
+def test_helm_install_as_documented_is_accepted_by_the_api_server(shell: dict[str, str], crds: None) -> None:
     # A dry run, so that the cluster keeps no release.
-    env = shell_env(kubeconfig, namespace, tmp_path)
     # --take-ownership: the kustomize install of the same objects may be on the shared cluster.
     dry = {"--create-namespace": "--create-namespace --dry-run=server --take-ownership"}
     plain = run_documented(
         "docs/installing.md",
         "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace",
-        env=env,
+        env=shell,
         replace=dry,
     ).stdout
     assert "STATUS: pending-install" in plain and 'image: "kubetrain/kubetrain:0.1.0"' in plain
     custom = run_documented(
         "docs/installing.md",
         "helm install kubetrain deploy/chart -n kubetrain-system --create-namespace --set",
-        env=env,
+        env=shell,
         replace=dry,
     ).stdout
     assert "STATUS: pending-install" in custom

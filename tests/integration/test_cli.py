@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented, shell_env
+from tests.docs_commands import run_documented
 from tests.support import HANG, fails, pytorchjob, runs_for, training_runtime, trainjob
 
 pytestmark = pytest.mark.usefixtures("controller_process")
@@ -152,14 +152,14 @@ def test_resume_resubmits_a_failed_job_and_logs_show_rank_0(cli: Any) -> None:
     assert "hello from attempt 2" in cli("logs", "pytorchjob/flaky-a2", "--tail", "5").stdout
 
 
-def test_the_reference_examples_run_as_written(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
+def test_the_reference_examples_run_as_written(shell: dict[str, str]) -> None:
     done = run_documented(
         "docs/reference/cli.md",
         "kubetrain submit examples/pytorchjob-digits.yaml --wait",
         "kubetrain list -A -o json | jq",
         "kubetrain describe ptj/digits",
         "kubetrain logs digits --role Worker --index 1",
-        env=shell_env(kubeconfig, namespace, tmp_path),
+        env=shell,
         timeout=600,
     )
     assert "training failed" not in done.stdout, done.stdout[-2000:]

@@ -12,13 +12,8 @@ from kubernetes_asyncio import client
 
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented, shell_env
+from tests.docs_commands import run_documented
 from tests.support import Jobs, eventually, pytorchjob, runs_for
-
-
-@pytest.fixture
-def shell(kubeconfig: Path, namespace: str, tmp_path: Path) -> dict[str, str]:
-    return shell_env(kubeconfig, namespace, tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from kubetrain.components import compile as compile_components
 from kubetrain.components.launch import LaunchRequest, launch
 from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
 from tests.conftest import REPO, Kubectl
-from tests.docs_commands import python_blocks, run_documented, shell_env
+from tests.docs_commands import python_blocks, run_documented
 
 pytestmark = pytest.mark.usefixtures("controller_process")
 
@@ -79,12 +79,12 @@ def test_the_committed_component_yaml_is_what_the_components_compile_to(tmp_path
         )
 
 
-def test_the_example_pipeline_compiles(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
+def test_the_example_pipeline_compiles(shell: dict[str, str], tmp_path: Path) -> None:
     target = tmp_path / "pipeline.yaml"
     run_documented(
         "docs/kfp.md",
         ".venv-kfp/bin/python examples/kfp_pipeline.py compile",
-        env=shell_env(kubeconfig, namespace, tmp_path),
+        env=shell,
         replace={"digits.yaml": str(target)},
     )
     text = target.read_text()
@@ -120,13 +120,9 @@ def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str)
 
 
 def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_checkpoint(
-    kfp_env: Path, kubeconfig: Path, namespace: str, jobs: JobClient
+    kfp_env: Path, shell: dict[str, str], namespace: str, jobs: JobClient
 ) -> None:
-    run_documented(
-        "docs/kfp.md",
-        "kubectl apply -f examples/trainjob-runtime-local.yaml",
-        env=shell_env(kubeconfig, namespace, kfp_env),
-    )
+    run_documented("docs/kfp.md", "kubectl apply -f examples/trainjob-runtime-local.yaml", env=shell)
     pipeline = _example_pipeline()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_env / "outputs"))
     run = pipeline.digits_pipeline(
