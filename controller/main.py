@@ -135,10 +135,9 @@ class Manager:
                 )
             pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)
             self.informers.append(pod_groups)
-        expectations = Expectations()
         for kind in options.kinds:
             if kind == TRAINJOB:
-                await self._start_trainjobs(settings, expectations, pod_groups, common)
+                await self._start_trainjobs(settings, pod_groups, common)
                 continue
             framework = registry.by_name(kind)
             if not await self._installed(framework.resource):
@@ -154,7 +153,7 @@ class Manager:
                 pods=pods,
                 services=services,
                 pod_groups=pod_groups,
-                expectations=expectations,
+                expectations=Expectations(),  # one per kind: a PyTorchJob and a TFJob may share a name
                 recorder=self.recorder,
                 settings=settings,
             )
@@ -181,7 +180,6 @@ class Manager:
     async def _start_trainjobs(
         self,
         settings: Settings,
-        expectations: Expectations,
         pod_groups: Informer | None,
         common: dict[str, Any],
     ) -> None:
@@ -206,7 +204,7 @@ class Manager:
             snapshots=snapshots,
             pods=pods,
             services=services,
-            expectations=expectations,
+            expectations=Expectations(),
             recorder=self.recorder,
             settings=settings,
         )

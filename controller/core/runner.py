@@ -5,7 +5,11 @@ The whole retry policy lives here (controller-runtime's ``reconcileHandler``):
 * a reconcile that returns ``Result(requeue_after=s)`` succeeded and asks to be
   looked at again in ``s`` seconds (deadlines, TTLs, expectation expiry);
 * one that raises ``TerminalError`` is logged and counted but not retried;
-* one that raises anything else is retried with rate-limited backoff.
+* one that raises ``RetryLaterError`` (waiting on something outside the controller,
+  such as an earlier object of the same name being deleted) or an API error is
+  logged as a warning and retried with rate-limited backoff;
+* one that raises anything else is a bug: logged with its traceback, counted as
+  a panic, and retried with rate-limited backoff.
 
 A key is never reconciled by two workers at once (the queue guarantees it).
 """
@@ -40,6 +44,10 @@ class Result:
 
 class TerminalError(Exception):
     """A fault that retrying cannot fix (e.g. an invalid spec); reported, never retried."""
+
+
+class RetryLaterError(Exception):
+    """The reconcile cannot make progress yet for a reason outside the controller; try again later."""
 
 
 Reconcile = Callable[[str], Awaitable[Result]]
@@ -93,7 +101,7 @@ class Runner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            unexpected = not _is_api_error(exc)
+            unexpected = not _is_expected_error(exc)
             if unexpected:
                 log.exception("reconcile %s %s raised", self.name, key)
                 metrics.reconcile_panics.labels(self.name).inc()
@@ -116,5 +124,5 @@ class Runner:
             metrics.active_workers.labels(self.name).dec()
 
 
-def _is_api_error(exc: Exception) -> bool:
-    return isinstance(exc, APIError)
+def _is_expected_error(exc: Exception) -> bool:
+    return isinstance(exc, APIError | RetryLaterError)

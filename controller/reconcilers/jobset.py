@@ -9,7 +9,11 @@ TrainJob into child Jobs, and decide what JobSet would decide.
 * A child Job ``<tj>-<replicated job>-<i>`` is Indexed: it completes when every
   completion index has a Succeeded pod, and fails when its failures (failed
   pods plus in-place container restarts) pass its ``backoffLimit`` (default 6).
-  A failed pod of an index is replaced by a new pod while the Job has not failed.
+  Failures are counted once per pod (``restarts``) and kept in the TrainJob's
+  status, so a failed pod that is garbage-collected takes nothing back. A
+  failed pod of an index is replaced by a new pod while the Job has not failed;
+  the replacement's name derives from the Job's failure count, which never goes
+  back, so it can never equal the name of a pod that still exists.
 * Success: every Job of every replicated job completes, or the runtime's
   ``successPolicy`` (``All``/``Any`` of the target replicated jobs).
 * Failure: a failed Job fails the TrainJob (``FailedJobs``), unless
@@ -25,11 +29,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
+from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code, restart_count
 from kubetrain.controller.runtimes.framework import Obj, SharedPodPlugin
 from kubetrain.controller.runtimes.mlpolicy import completion_index_env
@@ -170,15 +175,12 @@ class ChildJob:
     terminating: set[int] = field(default_factory=set)
     succeeded: set[int] = field(default_factory=set)
     failed_pods: dict[int, list[Obj]] = field(default_factory=dict)
-    restarts: int = 0
+    restarts: int = 0  # in-place container restarts of the live pods
+    failures: int = 0  # failed pods and container restarts so far, each counted once
 
     @property
     def name(self) -> str:
         return f"{self.pod_set.name}-{self.index}"
-
-    @property
-    def failures(self) -> int:
-        return sum(len(p) for p in self.failed_pods.values()) + self.restarts
 
     @property
     def complete(self) -> bool:
@@ -236,15 +238,36 @@ class Observation:
     jobs: list[ChildJob]
     stale: list[Obj]  # pods of an earlier restart attempt, or outside the current shape
     terminating_stale: int
+    counted: dict[str, int] = field(default_factory=dict)  # the per-pod bookkeeping to write back
+
+    @property
+    def job_failures(self) -> dict[str, int]:
+        """Each child Job's failures, for the status (only Jobs that failed at all)."""
+        return {j.name: j.failures for j in self.jobs if j.failures}
 
     def by_set(self, name: str) -> list[ChildJob]:
         return [j for j in self.jobs if j.pod_set.name == name]
 
 
-def observe(info: TrainJobInfo, pods: list[Obj], attempt: int) -> Observation:
+def observe(
+    info: TrainJobInfo,
+    pods: list[Obj],
+    attempt: int,
+    *,
+    job_failures: Mapping[str, int] | None = None,
+    counted: Mapping[str, int] | None = None,
+) -> Observation:
+    """Digest the pods of restart attempt ``attempt`` into child Jobs.
+
+    ``job_failures`` and ``counted`` are the status's bookkeeping (``jobFailures``,
+    ``countedPodRestarts``); ``counted=None`` means a status from before it existed, whose current
+    failures are taken as counted.
+    """
     jobs = {(s.name, i): ChildJob(s, i) for s in info.pod_sets for i in range(s.replicas)}
     stale: list[Obj] = []
     terminating_stale = 0
+    pod_failures: dict[str, int] = {}
+    job_of: dict[str, ChildJob] = {}
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
         labels = pod["metadata"].get("labels") or {}
         key = (labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX)))
@@ -262,6 +285,9 @@ def observe(info: TrainJobInfo, pods: list[Obj], attempt: int) -> Observation:
             job.terminating.add(index)
             continue
         phase = pod.get("status", {}).get("phase")
+        uid = pod["metadata"]["uid"]
+        pod_failures[uid] = restart_count(pod) + (1 if phase == "Failed" else 0)
+        job_of[uid] = job
         if phase == "Failed":
             job.failed_pods.setdefault(index, []).append(pod)
             continue
@@ -269,7 +295,13 @@ def observe(info: TrainJobInfo, pods: list[Obj], attempt: int) -> Observation:
         if phase == "Succeeded":
             job.succeeded.add(index)
         job.live[index] = pod
-    return Observation(list(jobs.values()), stale, terminating_stale)
+    tally = restarts.tally(counted, pod_failures)
+    before = job_failures or {}
+    for job in jobs.values():
+        job.failures = before.get(job.name, 0)
+    for uid, new in (tally.counted if counted is None else tally.new).items():
+        job_of[uid].failures += new
+    return Observation(list(jobs.values()), stale, terminating_stale, tally.counted)
 
 
 def _int(value: str | None) -> int | None:

@@ -38,7 +38,7 @@ class Observation:
     permanent_failures: list[tuple[str, Obj, int]] = field(default_factory=list)
     out_of_range: list[Obj] = field(default_factory=list)
     terminating: set[tuple[str, int]] = field(default_factory=set)
-    container_restarts: int = 0
+    pod_failures: dict[str, int] = field(default_factory=dict)  # uid -> restarts of the pod so far
     report: dict[str, Any] | None = None
 
 
@@ -107,7 +107,7 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             result.out_of_range.append(pod)
             continue
         result.pods[(rtype, index)] = pod
-        result.container_restarts += restart_count(pod)
+        failures = restart_count(pod)
         phase = pod.get("status", {}).get("phase")
         counts = by_type.setdefault(rtype, {"active": 0, "succeeded": 0, "failed": 0})
         if phase == "Running":
@@ -119,8 +119,11 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             code = exit_code(pod, info.framework.default_container)
             if is_retryable(replica.restart_policy, code):
                 result.to_restart.append((rtype, pod))
+                failures += 1  # the pod will be recreated: one more restart
             else:
                 result.permanent_failures.append((rtype, pod, code))
+        if failures:
+            result.pod_failures[pod["metadata"]["uid"]] = failures
         if info.framework.is_master_role(info, rtype, index):
             report = termination_report(pod, info.framework.default_container)
             if report is not None:

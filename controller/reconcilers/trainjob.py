@@ -6,18 +6,24 @@ semantics), which is one controller to run, one cache to keep, and no lag
 between three reconcile loops. One pass, level-triggered, reading caches:
 
 1. skip TrainJobs another controller manages or that are being deleted;
-2. resolve the runtime: the snapshot ConfigMap ``<tj>-runtime-snapshot`` once
-   it exists (so editing or deleting a runtime never changes a running job),
-   else the live runtime, which is then snapshotted;
-3. build the pod sets (``runtimes.trainjob``) and let the ML policy wire them;
-4. a finished TrainJob: delete what still runs, delete the TrainJob once its
+2. a finished TrainJob: delete what still runs, delete the TrainJob once its
    ``kubetrain.dev/ttl-seconds-after-finished`` has passed;
+3. resolve the runtime: the snapshot ConfigMap ``<tj>-runtime-snapshot`` once
+   it exists (so editing or deleting a runtime never changes a running job),
+   else the live runtime, which is then snapshotted; a runtime that does not
+   exist yet is waited for, with a ``Created=False`` condition saying so;
+4. build the pod sets (``runtimes.trainjob``) and let the ML policy wire them;
+   a TrainJob that cannot be built (``BuildError``) fails with that message;
 5. suspended: delete the pods; resumed: restart the deadline clock;
 6. past ``spec.activeDeadlineSeconds``: Failed, reason ``DeadlineExceeded``;
 7. otherwise digest the pods into child Jobs and decide as JobSet would:
    restart or fail on a failed Job, complete on success, else create the pods
    whose dependencies are met;
 8. write the status, and requeue at the next deadline or TTL.
+
+A terminal status is always written before anything is cleaned up, and a child
+the API server will not take (a name held by another owner, a pod template it
+rejects pass after pass) fails the TrainJob with the API server's message.
 
 docs/trainjob.md describes the behaviour for users.
 """
@@ -39,7 +45,7 @@ from kubetrain.api import v2
 from kubetrain.controller import metrics
 from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
 from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import Result
+from kubetrain.controller.core.runner import Result, RetryLaterError
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Handler, Informer
@@ -50,11 +56,20 @@ from kubetrain.controller.kube.resources import (
     SECRETS,
     SERVICES,
     TRAINJOBS,
+    Resource,
 )
 from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.observe import termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
-from kubetrain.controller.reconcilers.writes import ChildWriter
+from kubetrain.controller.reconcilers.writes import (
+    ChildRejectedError,
+    ChildWriter,
+    Ownership,
+    check_existing,
+    name_conflict,
+    ownership,
+    raise_first_failure,
+)
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
 from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
@@ -66,7 +81,11 @@ log = logging.getLogger("kubetrain.controller")
 COMPLETE = "Complete"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
+CREATED = "Created"  # only while the runtime is missing: upstream TrainJobs have no Created condition
+RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
+BUILD_ERROR = "BuildError"
 RUNTIME_MISSING_RETRY = 10.0
+REJECTED_PASSES = 3  # passes in a row whose pod creates the API server rejects as invalid before failing
 UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -115,6 +134,11 @@ def set_condition(status: Obj, ctype: str, *, true: bool, reason: str, message: 
     return True
 
 
+def remove_condition(status: Obj, ctype: str) -> None:
+    if find_condition(status, ctype) is not None:
+        status["conditions"] = [c for c in status["conditions"] if c.get("type") != ctype]
+
+
 @dataclass
 class _Pass:
     job: Obj
@@ -131,6 +155,10 @@ class _Pass:
     @property
     def key(self) -> str:
         return f"{self.job['metadata']['namespace']}/{self.job['metadata']['name']}"
+
+    @property
+    def namespace(self) -> str:
+        return str(self.job["metadata"]["namespace"])
 
 
 class TrainJobReconciler:
@@ -164,6 +192,7 @@ class TrainJobReconciler:
         self.clock = clock
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
+        self._rejected_passes: dict[str, int] = {}
         managed = set(settings.managed_by)
         if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
@@ -179,9 +208,11 @@ class TrainJobReconciler:
         return handlers.child_handler(TRAINJOBS, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        return handlers.job_handler(
-            enqueue, self.expectations, on_delete=lambda key: self._snapshot_runtimes.pop(key, None)
-        )
+        return handlers.job_handler(enqueue, self.expectations, on_delete=self._forget)
+
+    def _forget(self, key: str) -> None:
+        self._snapshot_runtimes.pop(key, None)
+        self._rejected_passes.pop(key, None)
 
     def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
@@ -226,19 +257,42 @@ class TrainJobReconciler:
             pods=self.pods.by_index(OWNER_INDEX, job["metadata"]["uid"]),
             now=self.clock(),
         )
-        runtime = await self._runtime(ctx)
-        if runtime is None:
-            await self._write_status(ctx)
-            return Result() if is_finished(status) else Result(requeue_after=RUNTIME_MISSING_RETRY)
-        try:
-            info = build(job, runtime)
-        except BuildError as exc:
-            self.recorder.event(job, WARNING, "TrainJobResourcesCreationFailed", str(exc))
-            log.warning("trainjob %s: %s", key, exc)
-            return Result(requeue_after=30.0)
-        ctx.gang = self._gang(info)
         if is_finished(status):
-            return await self._finished(ctx, info)
+            return await self._finished(ctx)
+        info: TrainJobInfo | None = None
+        try:
+            runtime = await self._runtime(ctx)
+            if runtime is None:
+                await self._write_status(ctx)
+                if is_finished(status):  # an unsupported runtime kind failed it
+                    return self._ttl_result(ctx)
+                return Result(requeue_after=RUNTIME_MISSING_RETRY)
+            try:
+                info = build(job, runtime)
+            except BuildError as exc:
+                self.recorder.event(job, WARNING, "TrainJobResourcesCreationFailed", str(exc))
+                await self._finish(ctx, None, False, BUILD_ERROR, f"TrainJob {key} cannot be built: {exc}")
+                return self._ttl_result(ctx)
+            ctx.gang = self._gang(info)
+            result = await self._active(ctx, info)
+        except ChildRejectedError as rejected:
+            return await self._rejected(ctx, info, rejected)
+        self._rejected_passes.pop(key, None)
+        return result
+
+    async def _rejected(self, ctx: _Pass, info: TrainJobInfo | None, rejected: ChildRejectedError) -> Result:
+        """A child the API server will not take: fail the TrainJob (at once, or once it keeps happening)."""
+        passes = self._rejected_passes.get(ctx.key, 0) + 1
+        if not rejected.immediate and passes < REJECTED_PASSES:
+            self._rejected_passes[ctx.key] = passes
+            raise RetryLaterError(f"{rejected} (pass {passes} of {REJECTED_PASSES} before the job fails)")
+        self._rejected_passes.pop(ctx.key, None)
+        await self._finish(ctx, info, False, rejected.reason, f"TrainJob {ctx.key} has failed: {rejected}")
+        return self._ttl_result(ctx)
+
+    async def _active(self, ctx: _Pass, info: TrainJobInfo) -> Result:
+        """A TrainJob that has not finished: suspend it, or resume it and run it."""
+        job, status = ctx.job, ctx.status
         if (job.get("spec") or {}).get("suspend") is True:
             await self._suspend(ctx, info)
             return Result()
@@ -261,9 +315,18 @@ class TrainJobReconciler:
     async def _run(self, ctx: _Pass, info: TrainJobInfo) -> Result:
         status = ctx.status
         attempt = int(status.get("restarts") or 0)
-        obs = jobset.observe(info, ctx.pods, attempt)
+        legacy = status.get("countedPodRestarts") is None and status.get("jobsStatus") is not None
+        obs = jobset.observe(
+            info,
+            ctx.pods,
+            attempt,
+            job_failures=status.get("jobFailures"),
+            counted=None if legacy else status.get("countedPodRestarts") or {},
+        )
         await self._copy_report(info, obs)
         status["jobsStatus"] = jobset.jobs_status(info, obs)
+        status["jobFailures"] = obs.job_failures
+        status["countedPodRestarts"] = obs.counted
         failed = next((j for j in obs.jobs if j.failed), None)
         if failed is not None:
             decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))
@@ -271,6 +334,8 @@ class TrainJobReconciler:
                 await self._finish(ctx, info, False, decision.reason, decision.message)
                 return self._ttl_result(ctx)
             status["restarts"] = attempt + 1
+            status["jobFailures"] = {}  # a new attempt: new child Jobs, new counts
+            status["countedPodRestarts"] = {}
             if decision.counts:
                 status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
             metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
@@ -298,18 +363,25 @@ class TrainJobReconciler:
             if child.complete or not jobset.depends_on_met(info, child.pod_set, obs):
                 continue
             for index in child.missing():
-                retry = len(child.failed_pods.get(index, []))
                 creates.append(
                     jobset.build_pod(
-                        info, child.pod_set, child.index, index, attempt=attempt, retry=retry, plugins=plugins
+                        info,
+                        child.pod_set,
+                        child.index,
+                        index,
+                        attempt=attempt,
+                        retry=child.failures,
+                        plugins=plugins,
                     )
                 )
         if creates:
             await self._prepare(info, ctx.gang)
-        await asyncio.gather(
+        outcomes = await asyncio.gather(
             self.writer.create_all(info.job, PODS, creates, track=True),
             self._write_status(ctx),
+            return_exceptions=True,
         )
+        raise_first_failure(outcomes)
         for warning in dict.fromkeys(info.warnings):
             self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
         if creates:
@@ -321,10 +393,17 @@ class TrainJobReconciler:
         """The snapshot of the TrainJob's runtime, taken from the live runtime on first sight."""
         meta = ctx.job["metadata"]
         snapshot = self.snapshots.get(f"{meta['namespace']}/{snapshot_name(meta['name'])}")
-        if snapshot is not None and any(
-            r.get("uid") == meta["uid"] for r in snapshot["metadata"].get("ownerReferences") or []
-        ):
+        verdict = ownership(snapshot, ctx.job) if snapshot is not None else None
+        if verdict is Ownership.OURS:
+            assert snapshot is not None
             return self._snapshot_runtime(ctx.key, snapshot)
+        if verdict is Ownership.FOREIGN:
+            assert snapshot is not None
+            raise name_conflict(CONFIGMAPS, snapshot_name(meta["name"]), snapshot)
+        if verdict is Ownership.STALE:
+            raise RetryLaterError(
+                f"the runtime snapshot of an earlier TrainJob {meta['name']} is being deleted"
+            )
         ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
         group = ref.get("apiGroup") or v2.GROUP
         kind = ref.get("kind") or "ClusterTrainingRuntime"
@@ -350,14 +429,16 @@ class TrainJobReconciler:
         )
         if live is None:
             where = f" in namespace {meta['namespace']}" if kind == "TrainingRuntime" else ""
-            self.recorder.event(
-                ctx.job,
-                WARNING,
-                "TrainJobResourcesCreationFailed",
+            message = (
                 f"{kind} {name!r} not found{where}; create it (kubectl get clustertrainingruntimes lists "
-                "the installed ones) or fix spec.runtimeRef",
+                "the installed ones) or fix spec.runtimeRef"
             )
+            set_condition(
+                ctx.status, CREATED, true=False, reason=RUNTIME_NOT_FOUND, message=message, now=ctx.stamp
+            )
+            self.recorder.event(ctx.job, WARNING, "TrainJobResourcesCreationFailed", message)
             return None
+        remove_condition(ctx.status, CREATED)
         runtime = {
             "apiVersion": v2.API_VERSION,
             "kind": kind,
@@ -383,7 +464,8 @@ class TrainJobReconciler:
                 ctx.job, NORMAL, "TrainJobCreated", f"TrainJob {meta['name']} uses {kind} {name}"
             )
         except errors.APIConflictError:
-            pass  # another pass took it first; it holds the same runtime
+            # An earlier pass took it (it holds the same runtime), or the name is someone else's.
+            await check_existing(self.kube, ctx.job, CONFIGMAPS, snapshot_name(meta["name"]))
         return runtime
 
     def _snapshot_runtime(self, key: str, snapshot: Obj) -> Obj:
@@ -399,8 +481,9 @@ class TrainJobReconciler:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def _finish(
-        self, ctx: _Pass, info: TrainJobInfo, complete: bool, reason: str, message: str
+        self, ctx: _Pass, info: TrainJobInfo | None, complete: bool, reason: str, message: str
     ) -> None:
+        """Write the terminal status, then clean up: a failed write leaves every pod in place."""
         set_condition(
             ctx.status,
             COMPLETE if complete else FAILED,
@@ -409,17 +492,21 @@ class TrainJobReconciler:
             message=message,
             now=ctx.stamp,
         )
-        counter = metrics.jobs_successful if complete else metrics.jobs_failed
-        counter.labels(info.namespace, _framework(info)).inc()
-        self.recorder.event(info.job, NORMAL if complete else WARNING, reason, message)
-        log.info("trainjob %s %s: %s", ctx.key, "complete" if complete else "failed", message)
         await self._write_status(ctx)
-        await self._cleanup(ctx, info)
+        counter = metrics.jobs_successful if complete else metrics.jobs_failed
+        counter.labels(ctx.namespace, _framework(info)).inc()
+        self.recorder.event(ctx.job, NORMAL if complete else WARNING, reason, message)
+        log.info("trainjob %s %s: %s", ctx.key, "complete" if complete else "failed", message)
+        await self._cleanup(ctx)
 
-    async def _finished(self, ctx: _Pass, info: TrainJobInfo) -> Result:
-        obs = jobset.observe(info, ctx.pods, int(ctx.status.get("restarts") or 0))
-        await self._copy_report(info, obs)  # rank 0's report can land after another pod failed the job
-        await self._cleanup(ctx, info)
+    async def _finished(self, ctx: _Pass) -> Result:
+        """A finished TrainJob: the last report, cleanup, and deletion once its TTL has passed."""
+        info = self._snapshot_info(ctx)
+        if info is not None:
+            ctx.gang = self._gang(info)
+            obs = jobset.observe(info, ctx.pods, int(ctx.status.get("restarts") or 0))
+            await self._copy_report(info, obs)  # rank 0's report can land after another pod failed the job
+        await self._cleanup(ctx)
         await self._write_status(ctx)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
@@ -432,7 +519,18 @@ class TrainJobReconciler:
             return Result()
         return ttl
 
-    async def _cleanup(self, ctx: _Pass, info: TrainJobInfo) -> None:
+    def _snapshot_info(self, ctx: _Pass) -> TrainJobInfo | None:
+        """The build of a TrainJob from its own runtime snapshot, if it has one that builds."""
+        meta = ctx.job["metadata"]
+        snapshot = self.snapshots.get(f"{meta['namespace']}/{snapshot_name(meta['name'])}")
+        if snapshot is None or ownership(snapshot, ctx.job) is not Ownership.OURS:
+            return None
+        try:
+            return build(ctx.job, self._snapshot_runtime(ctx.key, snapshot))
+        except BuildError:
+            return None
+
+    async def _cleanup(self, ctx: _Pass) -> None:
         """Delete the pods that still run (finished pods stay, for their logs) and the pod group."""
         running = [
             p
@@ -440,9 +538,11 @@ class TrainJobReconciler:
             if not p["metadata"].get("deletionTimestamp")
             and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
-        await self.writer.delete_all(info.job, PODS, running)
+        await self.writer.delete_all(ctx.job, PODS, running)
         if ctx.gang is not None:
-            await self.kube.delete(ctx.gang.resource, info.name, info.namespace)
+            meta = ctx.job["metadata"]
+            group = await self.kube.get(ctx.gang.resource, meta["name"], meta["namespace"])
+            await self.writer.delete_owned(ctx.job, ctx.gang.resource, group)
 
     async def _suspend(self, ctx: _Pass, info: TrainJobInfo) -> None:
         live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
@@ -508,15 +608,23 @@ class TrainJobReconciler:
         return plugins
 
     async def _prepare(self, info: TrainJobInfo, gang: GangScheduler | None) -> None:
-        """What must exist before pods: the headless Service, the ML policy's objects, the pod group."""
-        if self.services.get(f"{info.namespace}/{info.subdomain}") is None:
+        """What must exist before pods: the headless Service, the ML policy's objects, the pod group.
+
+        Each must be this TrainJob's: one of the same name owned by anything else fails the job."""
+        service = self.services.get(f"{info.namespace}/{info.subdomain}")
+        if service is None:
             await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
+        else:
+            self._require_ours(info, SERVICES, service)
         for extra in info.extras:
             try:
-                if await self.kube.get(extra.resource, extra.name, info.namespace) is None:
+                existing = await self.kube.get(extra.resource, extra.name, info.namespace)
+                if existing is None:
                     body = extra.make()
                     body["metadata"]["namespace"] = info.namespace
                     await self.writer.create_all(info.job, extra.resource, [body], track=False)
+                else:
+                    self._require_ours(info, extra.resource, existing)
             except errors.APIError as exc:
                 if exc.status == 403 and extra.resource is SECRETS:
                     raise errors.APIError(
@@ -529,13 +637,23 @@ class TrainJobReconciler:
             try:
                 await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
             except errors.APIConflictError:
-                pass
+                await check_existing(self.kube, info.job, gang.resource, info.name)
             except errors.APINotFoundError as exc:
                 raise errors.APIError(
                     404,
                     f"the runtime's podGroupPolicy needs {gang.resource}; install its scheduler or run the "
                     "controller with --gang-scheduler-name=kubernetes",
                 ) from exc
+
+    @staticmethod
+    def _require_ours(info: TrainJobInfo, resource: Resource, obj: Obj) -> None:
+        verdict = ownership(obj, info.job)
+        if verdict is Ownership.FOREIGN:
+            raise name_conflict(resource, obj["metadata"]["name"], obj)
+        if verdict is Ownership.STALE:
+            raise RetryLaterError(
+                f"{resource.kind} {obj['metadata']['name']} of an earlier job of the same name is being deleted"
+            )
 
     async def _copy_report(self, info: TrainJobInfo, obs: jobset.Observation) -> None:
         trainer = info.trainer()
@@ -573,5 +691,5 @@ def _framework_of(runtime: Obj) -> str:
     return str(labels.get(v2.FRAMEWORK_LABEL) or "trainjob")
 
 
-def _framework(info: TrainJobInfo) -> str:
-    return _framework_of(info.runtime)
+def _framework(info: TrainJobInfo | None) -> str:
+    return "trainjob" if info is None else _framework_of(info.runtime)

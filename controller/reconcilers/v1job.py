@@ -1,20 +1,28 @@
 """Reconcile a Kubeflow v1 job (PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob) into pods.
 
 Written once for every v1 kind; the ``Framework`` supplies what differs. One
-pass, level-triggered, reading only the informer caches:
+pass, level-triggered, reading the informer caches (the only reads that go to
+the API server are a child found under its name after a 409, and an elastic
+job's autoscaler):
 
 1. skip jobs another controller manages, jobs being deleted, and jobs whose
    expected creates/deletes have not reached the cache yet;
-2. a finished job: clean up per ``cleanPodPolicy``, delete it once its TTL has
+2. a finished job: clean up (``cleanup_targets``), delete it once its TTL has
    passed (a timed requeue makes that happen on time);
 3. a suspended job: delete its pods and services; a resumed one restarts its clock;
-4. otherwise observe the pods, count restarts, and decide, in this order:
-   backoff limit exceeded, deadline exceeded, a replica failed for good, the
-   job succeeded, it is restarting, it is running;
-5. write the status (before anything destructive, so a conflict changes
-   nothing), then delete pods to restart and create what is missing, all
-   creates of a pass in parallel;
-6. requeue at the next deadline.
+4. otherwise observe the pods, count restarts (once per pod, ``restarts``), and
+   decide, in this order: backoff limit exceeded, deadline exceeded, a replica
+   failed for good, the job succeeded, it is restarting, it is running;
+5. a job that finishes: write the terminal status first, then clean up, so a
+   409 or a crash in between leaves a finished job, never one whose pods were
+   deleted but which still looks unfinished (the next pass would recreate them);
+6. otherwise write the status (before anything destructive, so a conflict
+   changes nothing), create what is missing in slow-start batches, then delete
+   the pods to restart;
+7. a child the API server refuses for good (its name taken by another owner,
+   or a pod template it rejects as invalid pass after pass) fails the job with
+   the API server's message instead of retrying forever;
+8. requeue at the next deadline.
 
 Decisions are documented for users in docs/job-lifecycle.md.
 """
@@ -34,17 +42,25 @@ from kubetrain import naming
 from kubetrain.controller import metrics
 from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
 from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import Result
+from kubetrain.controller.core.runner import Result, RetryLaterError
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Handler, Informer
 from kubetrain.controller.kube.patch import merge_patch
 from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import handlers
+from kubetrain.controller.reconcilers import handlers, restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
 from kubetrain.controller.reconcilers.observe import Observation, observe
-from kubetrain.controller.reconcilers.writes import ChildWriter
+from kubetrain.controller.reconcilers.writes import (
+    ChildRejectedError,
+    ChildWriter,
+    Ownership,
+    check_existing,
+    name_conflict,
+    ownership,
+    raise_first_failure,
+)
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import (
     Framework,
@@ -61,6 +77,9 @@ log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"
 COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
+REJECTED_PASSES = (
+    3  # passes in a row whose pod creates the API server rejects as invalid before the job fails
+)
 UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -141,6 +160,7 @@ class V1JobReconciler:
         self.name = framework.kind.lower()
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._last_write: dict[str, float] = {}
+        self._rejected_passes: dict[str, int] = {}
 
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
@@ -153,9 +173,11 @@ class V1JobReconciler:
         return handlers.child_handler(self.framework.resource, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        return handlers.job_handler(
-            enqueue, self.expectations, on_delete=lambda key: self._last_write.pop(key, None)
-        )
+        return handlers.job_handler(enqueue, self.expectations, on_delete=self._forget)
+
+    def _forget(self, key: str) -> None:
+        self._last_write.pop(key, None)
+        self._rejected_passes.pop(key, None)
 
     # -- reconcile -------------------------------------------------------------------------------------
     def manages(self, job: Obj) -> bool:
@@ -195,6 +217,16 @@ class V1JobReconciler:
             result = await self._finished(ctx)
             await self._write_status(ctx)
             return result
+        try:
+            result = await self._active(ctx)
+        except ChildRejectedError as rejected:
+            return await self._rejected(ctx, key, rejected)
+        self._rejected_passes.pop(key, None)
+        return result
+
+    async def _active(self, ctx: _Pass) -> Result:
+        """A job that has not finished: suspend it, or resume it and run it."""
+        info, status = ctx.info, ctx.status
         if (info.run_policy.get("suspend") or False) is True:
             await self._suspend(ctx)
             await self._write_status(ctx)
@@ -206,8 +238,21 @@ class V1JobReconciler:
                 status, cond.SUSPENDED, reason=reason, message=message, now=ctx.stamp, true=False
             )
             status["startTime"] = ctx.stamp
-            self.recorder.event(job, NORMAL, reason, message)
+            self.recorder.event(info.job, NORMAL, reason, message)
         return await self._run(ctx)
+
+    async def _rejected(self, ctx: _Pass, key: str, rejected: ChildRejectedError) -> Result:
+        """A child the API server will not take: fail the job (at once, or once it keeps happening)."""
+        passes = self._rejected_passes.get(key, 0) + 1
+        if not rejected.immediate and passes < REJECTED_PASSES:
+            self._rejected_passes[key] = passes
+            raise RetryLaterError(f"{rejected} (pass {passes} of {REJECTED_PASSES} before the job fails)")
+        self._rejected_passes.pop(key, None)
+        kind, name = self.framework.kind, ctx.info.name
+        await self._finish(
+            ctx, succeeded=False, reason=rejected.reason, message=f"{kind} {name} has failed: {rejected}"
+        )
+        return self._ttl_result(ctx)
 
     async def _run(self, ctx: _Pass) -> Result:
         kind, info, status = self.framework.kind, ctx.info, ctx.status
@@ -221,12 +266,10 @@ class V1JobReconciler:
         failure = None if succeeded else self._limit_exceeded(ctx) or self._permanent_failure(info, obs)
         if failure is not None:
             await self._finish(ctx, succeeded=False, reason=failure[0], message=failure[1])
-            await self._write_status(ctx)
             return self._ttl_result(ctx)
         if succeeded:
             message = f"{kind} {info.name} is successfully completed."
             await self._finish(ctx, succeeded=True, reason=f"{kind}Succeeded", message=message)
-            await self._write_status(ctx)
             return self._ttl_result(ctx)
 
         if new_restarts:
@@ -249,13 +292,16 @@ class V1JobReconciler:
             await self._write_status(ctx)
             return Result(requeue_after=5.0)
         # Creating is safe before the status is written (and a round trip sooner); deleting waits for
-        # the status, so a restart is on record before its pod goes.
+        # the status, so a restart is on record before its pod goes. Every write of the gather ends
+        # before the first failure is raised, so the status a rejection writes next is current.
         deferred = self._coalesce(ctx)
-        await asyncio.gather(
+        outcomes = await asyncio.gather(
             self.writer.create_all(info.job, SERVICES, work.create_services, track=False),
             self.writer.create_all(info.job, PODS, work.create_pods, track=True),
             self._write_status(ctx) if deferred is None else asyncio.sleep(0),
+            return_exceptions=True,
         )
+        raise_first_failure(outcomes)
         await self.writer.delete_all(info.job, PODS, work.delete_pods)
         await self.writer.delete_all(info.job, SERVICES, work.delete_services)
         if work.create_pods or work.delete_pods:
@@ -287,13 +333,15 @@ class V1JobReconciler:
         self.recorder.event(info.job, NORMAL, f"{kind}Created", message)
 
     def _count_restarts(self, status: dict[str, Any], obs: Observation) -> int:
-        """Restarts since the last pass: in-place container restarts plus pods to recreate."""
-        baseline = int(status.get("observedContainerRestarts") or 0)
-        in_place = max(0, obs.container_restarts - baseline)
-        new = in_place + len(obs.to_restart)
-        status["observedContainerRestarts"] = obs.container_restarts
-        status["restartCount"] = int(status.get("restartCount") or 0) + new
-        return new
+        """Restarts since the last pass (in-place container restarts plus pods to recreate), each pod's
+        counted once however often a pass repeats."""
+        counted = status.get("countedPodRestarts")
+        legacy = counted is None and status.get("restartCount") is not None
+        tally = restarts.tally(None if legacy else counted or {}, obs.pod_failures)
+        status.pop("observedContainerRestarts", None)  # the bookkeeping before countedPodRestarts
+        status["countedPodRestarts"] = tally.counted
+        status["restartCount"] = int(status.get("restartCount") or 0) + tally.total
+        return tally.total
 
     def _replica_statuses(self, info: JobInfo, obs: Observation) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -378,10 +426,12 @@ class V1JobReconciler:
 
     # -- finishing, suspending, cleanup --------------------------------------------------------------
     async def _finish(self, ctx: _Pass, *, succeeded: bool, reason: str, message: str) -> None:
+        """Write the terminal status, then clean up: a failed write leaves every pod in place."""
         info, status = ctx.info, ctx.status
         ctype = cond.SUCCEEDED if succeeded else cond.FAILED
         cond.set_condition(status, ctype, reason=reason, message=message, now=ctx.stamp)
         status.setdefault("completionTime", ctx.stamp)
+        await self._write_status(ctx)
         counter = metrics.jobs_successful if succeeded else metrics.jobs_failed
         counter.labels(info.namespace, self.framework.framework_label).inc()
         self.recorder.event(info.job, NORMAL if succeeded else WARNING, reason, message)
@@ -415,28 +465,24 @@ class V1JobReconciler:
             self.recorder.event(info.job, NORMAL, f"{kind}Suspended", message)
 
     async def _cleanup(self, ctx: _Pass, *, finished: bool) -> None:
-        """Delete pods per cleanPodPolicy (everything when suspending), their services and the pod group."""
+        """Delete what ``cleanup_targets`` says, and the pod group."""
         info = ctx.info
-        policy = info.run_policy.get("cleanPodPolicy") or "None"
-        live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
-        if finished and policy == "None":
-            doomed: list[Obj] = []
-        elif finished and policy == "Running":
-            doomed = [p for p in live if p.get("status", {}).get("phase") in ("Running", "Pending", None)]
-        else:
-            doomed = live
-        names = {p["metadata"]["name"] for p in doomed}
-        everything = not finished or policy == "All"
-        doomed_services = [
-            s
-            for s in ctx.services
-            if not s["metadata"].get("deletionTimestamp") and (everything or s["metadata"]["name"] in names)
-        ]
-        await self.writer.delete_all(info.job, PODS, doomed)
-        await self.writer.delete_all(info.job, SERVICES, doomed_services)
+        doomed, doomed_services = cleanup_targets(
+            ctx.pods,
+            ctx.services,
+            policy=info.run_policy.get("cleanPodPolicy") or "None",
+            finished=finished,
+            failed=cond.is_true(ctx.status, cond.FAILED),
+        )
+        outcomes = await asyncio.gather(
+            self.writer.delete_all(info.job, PODS, doomed),
+            self.writer.delete_all(info.job, SERVICES, doomed_services),
+            return_exceptions=True,
+        )
+        raise_first_failure(outcomes)
         if self.settings.gang is not None:
-            deleted = await self.kube.delete(self.settings.gang.resource, info.name, info.namespace)
-            if deleted:
+            cached = self.pod_groups.get(f"{info.namespace}/{info.name}") if self.pod_groups else None
+            if await self.writer.delete_owned(info.job, self.settings.gang.resource, cached):
                 self.recorder.event(
                     info.job, NORMAL, "SuccessfulDeletePodGroup", f"Deleted PodGroup: {info.name}"
                 )
@@ -475,7 +521,10 @@ class V1JobReconciler:
         return COALESCE_SECONDS - since if since < COALESCE_SECONDS else None
 
     async def _write_status(self, ctx: _Pass) -> None:
-        """Merge-patch the status, guarded by the job's resourceVersion, when this pass changed it."""
+        """Merge-patch the status, guarded by the job's resourceVersion, when this pass changed it.
+
+        The written version becomes the pass's baseline, so a later write of the same pass sends
+        only what changed since, under the new resourceVersion."""
         if ctx.status == ctx.original:
             return
         status = ctx.status
@@ -488,6 +537,8 @@ class V1JobReconciler:
             self.framework.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
         )
         self.jobs.observe_write(updated)
+        ctx.info.job["metadata"] = updated["metadata"]
+        ctx.original = copy.deepcopy(status)
         self._last_write[f"{meta['namespace']}/{meta['name']}"] = time.monotonic()
         log.info("job %s/%s status: %s", meta["namespace"], meta["name"], cond.state(status) or "-")
 
@@ -506,7 +557,11 @@ class V1JobReconciler:
         assert gang is not None
         desired = gang.pod_group(info)
         existing = self.pod_groups.get(f"{info.namespace}/{info.name}") if self.pod_groups else None
-        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+        verdict = ownership(existing, info.job) if existing is not None else None
+        if verdict is Ownership.FOREIGN:
+            assert existing is not None
+            raise name_conflict(gang.resource, info.name, existing)
+        if verdict is Ownership.STALE:
             ctx.status["lastReconcileTime"] = ctx.stamp
             return False  # the old group is still going away; its deletion event requeues the job
         if existing is None:
@@ -516,20 +571,20 @@ class V1JobReconciler:
                     info.job, NORMAL, "SuccessfulCreatePodGroup", f"Created PodGroup: {info.name}"
                 )
             except errors.APIConflictError:
-                existing = await self.kube.get(gang.resource, info.name, info.namespace)
+                existing = await check_existing(self.kube, info.job, gang.resource, info.name)
         elif existing.get("spec") != desired["spec"] and any(
             k not in existing.get("spec", {}) or existing["spec"][k] != v for k, v in desired["spec"].items()
         ):
             if gang.native:
                 if not ctx.pods:
-                    await self.kube.delete(gang.resource, info.name, info.namespace)
+                    await self.writer.delete_owned(info.job, gang.resource, existing)
                     ctx.status["lastReconcileTime"] = ctx.stamp
                     return False
             else:
                 await self.kube.patch(
                     gang.resource, info.name, {"spec": desired["spec"]}, namespace=info.namespace
                 )
-        if gang.admitted(existing):
+        if existing is not None and gang.admitted(existing):
             return True
         ctx.status["lastReconcileTime"] = ctx.stamp
         return False
@@ -538,8 +593,17 @@ class V1JobReconciler:
         elastic = info.spec.get("elasticPolicy") or {}
         if self.framework.kind != "PyTorchJob" or not elastic.get("metrics"):
             return
+        current = await self.kube.get(HPAS, info.name, info.namespace)
+        verdict = ownership(current, info.job) if current is not None else None
+        if verdict is Ownership.FOREIGN:
+            assert current is not None
+            raise name_conflict(HPAS, info.name, current)
+        if verdict is Ownership.STALE:
+            raise RetryLaterError(
+                f"the autoscaler {info.name} of an earlier job of the same name is being deleted"
+            )
         if suspended:
-            await self.kube.delete(HPAS, info.name, info.namespace)
+            await self.writer.delete_owned(info.job, HPAS, current)
             return
         desired = {
             "apiVersion": "autoscaling/v2",
@@ -560,8 +624,39 @@ class V1JobReconciler:
                 "metrics": elastic["metrics"],
             },
         }
-        current = await self.kube.get(HPAS, info.name, info.namespace)
         if current is None:
-            await self.kube.create(HPAS, desired, info.namespace)
+            try:
+                await self.kube.create(HPAS, desired, info.namespace)
+            except errors.APIConflictError:
+                await check_existing(self.kube, info.job, HPAS, info.name)
         elif current.get("spec") != desired["spec"]:
             await self.kube.patch(HPAS, info.name, {"spec": desired["spec"]}, namespace=info.namespace)
+
+
+def cleanup_targets(
+    pods: list[Obj], services: list[Obj], *, policy: str, finished: bool, failed: bool
+) -> tuple[list[Obj], list[Obj]]:
+    """The pods and services to delete when a job finishes or is suspended.
+
+    Suspending deletes everything. A finished job follows ``cleanPodPolicy`` (``All``: every pod;
+    ``Running``: pods still running or pending; ``None``: none), with one difference from upstream: a
+    *failed* job never keeps a pod running, whatever the policy, because a resubmitted attempt would
+    train beside it on the same checkpoint dir (docs/job-lifecycle.md). The services of deleted pods go
+    with them (all of them under ``All`` and when suspending).
+    """
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    running = [p for p in live if p.get("status", {}).get("phase") in ("Running", "Pending", None)]
+    if not finished or policy == "All":
+        doomed = live
+    elif policy == "Running" or failed:
+        doomed = running
+    else:
+        doomed = []
+    names = {p["metadata"]["name"] for p in doomed}
+    everything = not finished or policy == "All"
+    doomed_services = [
+        s
+        for s in services
+        if not s["metadata"].get("deletionTimestamp") and (everything or s["metadata"]["name"] in names)
+    ]
+    return doomed, doomed_services

@@ -1,27 +1,128 @@
-"""Writes every reconciler makes the same way: children in parallel, and the training report.
+"""Writes every reconciler makes the same way: children in slow-start batches, and the training report.
 
-Shared by the v1 job and TrainJob reconcilers. Creates and deletes are tracked
-by expectations (so a lagging cache never creates a pod twice) and summed up in
-one Event per pass; the training report that rank 0 leaves as its termination
-message is copied into the job's annotations.
+Shared by the v1 job and TrainJob reconcilers.
+
+* **Expectations on every path.** A create or delete raises the job's
+  expectation before the call and lowers it on every way the call can end
+  without a watch event to come (an error, a 409, a cancellation), so a failed
+  call never freezes the job until the expectations expire.
+* **Slow start.** Children are created in batches of 1, 2, 4, ... (capped by
+  the concurrency) that stop at the first error, as the Job controller does: a
+  job whose pods the API server refuses (quota, an invalid template) costs one
+  request per pass, not one per replica, and cannot starve every other job of
+  the API budget. A pass posts one Event for what it created and one for what
+  failed.
+* **A 409 is not trusted.** ``AlreadyExists`` means success only when the
+  object found under that name is controlled by this job. One left by an
+  earlier job of the same name that is still being deleted is waited for; one
+  owned by anything else is a name conflict that fails the job
+  (``ChildRejectedError``) instead of leaving it waiting forever.
+* The training report that rank 0 leaves as its termination message is copied
+  into the job's annotations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubetrain import naming
 from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
 from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.core.runner import RetryLaterError
 from kubetrain.controller.kube import errors
 from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.kube.informer import Informer
 from kubetrain.controller.kube.resources import PODS, Resource
 from kubetrain.controller.runtimes.framework import Obj
+
+NAME_CONFLICT = "NameConflict"
+INVALID_POD_TEMPLATE = "InvalidPodTemplate"
+
+
+def raise_first_failure(outcomes: Sequence[object]) -> None:
+    """Raise the first exception among the outcomes of a ``gather(..., return_exceptions=True)``:
+    every write of the gather has ended by then, so nothing is left running behind the error."""
+    failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    if failure is not None:
+        raise failure
+
+
+class Ownership(enum.Enum):
+    """Who holds an object that a job wants to create under the same name."""
+
+    OURS = "ours"  # this job controls it: an earlier pass created it
+    STALE = "stale"  # an earlier job of the same name (being deleted, or garbage to be collected)
+    FOREIGN = "foreign"  # anything else: the name is taken
+    GONE = "gone"  # nothing holds it any more
+
+
+def ownership(obj: Obj | None, owner: Obj) -> Ownership:
+    """Classify the object found under a child's name, relative to the job ``owner``."""
+    if obj is None:
+        return Ownership.GONE
+    meta = obj.get("metadata") or {}
+    controller = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if controller is not None and controller.get("uid") == owner["metadata"]["uid"]:
+        return Ownership.OURS
+    if meta.get("deletionTimestamp"):
+        return Ownership.STALE
+    if (
+        controller is not None
+        and controller.get("kind") == owner.get("kind")
+        and controller.get("name") == owner["metadata"]["name"]
+    ):
+        return Ownership.STALE  # the garbage collector deletes it now that its owner is gone
+    return Ownership.FOREIGN
+
+
+def holder(obj: Obj) -> str:
+    """Who controls ``obj``, for a message: ``TFJob x`` or ``no controller``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((r for r in refs if r.get("controller")), None)
+    return f"{controller.get('kind')} {controller.get('name')}" if controller else "no controller"
+
+
+class ChildRejectedError(Exception):
+    """The API server will not take a child of this job, whatever the next pass does.
+
+    ``reason`` is the job condition's reason. ``immediate`` failures (a name taken by another
+    owner) fail the job at once; the others (a template the API server finds invalid) fail it once
+    they have repeated for a few passes.
+    """
+
+    def __init__(self, reason: str, message: str, *, immediate: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.immediate = immediate
+
+
+def name_conflict(resource: Resource, name: str, obj: Obj) -> ChildRejectedError:
+    return ChildRejectedError(
+        NAME_CONFLICT,
+        f"{resource.kind} {name} already exists and belongs to {holder(obj)}, not to this job; "
+        "rename the job or delete that object",
+        immediate=True,
+    )
+
+
+async def check_existing(kube: KubeClient, owner: Obj, resource: Resource, name: str) -> Obj | None:
+    """After a create answered 409: the object if this job controls it; wait for a stale holder to go
+    (``RetryLaterError``); a foreign holder is a ``ChildRejectedError`` name conflict."""
+    namespace = owner["metadata"]["namespace"]
+    found = await kube.get(resource, name, namespace)
+    verdict = ownership(found, owner)
+    if verdict is Ownership.OURS:
+        return found
+    if verdict is Ownership.FOREIGN:
+        assert found is not None
+        raise name_conflict(resource, name, found)
+    raise RetryLaterError(f"{resource.kind} {name} of an earlier job of the same name is still being deleted")
 
 
 @dataclass
@@ -32,68 +133,107 @@ class ChildWriter:
     concurrency: int = 64
 
     async def create_all(self, owner: Obj, resource: Resource, bodies: list[Obj], *, track: bool) -> None:
-        """Create children in parallel; one Event names every child created (and one each failure)."""
+        """Create children in slow-start batches; stop at the first failure and raise it."""
         if not bodies:
             return
         meta = owner["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
+        kind = resource.kind
         if track:
             self.expectations.expect_creations(key, len(bodies))
-        limit = asyncio.Semaphore(self.concurrency)
-        kind = resource.kind
+        settled = 0  # creations whose expectation is already accounted for (created, or lowered)
 
         async def create(body: Obj) -> str | None:
             name: str = body["metadata"]["name"]
-            async with limit:
-                try:
-                    await self.kube.create(resource, body, meta["namespace"])
-                except errors.APIConflictError:
-                    if track:
-                        self.expectations.creation_observed(key)
+            try:
+                await self.kube.create(resource, body, meta["namespace"])
+            except BaseException as exc:
+                if track:  # no add event will come for this create
+                    self.expectations.creation_observed(key)
+                if isinstance(exc, errors.APIConflictError):
+                    await check_existing(self.kube, owner, resource, name)
                     return None
-                except errors.APIError as exc:
-                    if track:
-                        self.expectations.creation_observed(key)
-                    self.recorder.event(
-                        owner, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {exc.message}"
-                    )
-                    raise
+                raise
             return name
 
-        results = await asyncio.gather(*(create(b) for b in bodies), return_exceptions=True)
-        created = [r for r in results if isinstance(r, str)]
+        created: list[str] = []
+        failures: list[tuple[str, BaseException]] = []
+        batch = 1
+        try:
+            while settled < len(bodies) and not failures:
+                chunk = bodies[settled : settled + batch]
+                settled += len(chunk)
+                results = await asyncio.gather(*(create(b) for b in chunk), return_exceptions=True)
+                for body, result in zip(chunk, results, strict=True):
+                    if isinstance(result, BaseException):
+                        failures.append((body["metadata"]["name"], result))
+                    elif result is not None:
+                        created.append(result)
+                batch = min(2 * batch, self.concurrency)
+        finally:
+            if track:
+                for _ in range(len(bodies) - settled):  # never attempted: no event will come for them
+                    self.expectations.creation_observed(key)
         if created:
             noun = kind.lower() + ("s" if len(created) > 1 else "")
             self.recorder.event(
                 owner, NORMAL, f"SuccessfulCreate{kind}", f"Created {noun}: {', '.join(created)}"
             )
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
+        if not failures:
+            return
+        name, first = failures[0]
+        if isinstance(first, errors.APIError | ChildRejectedError):
+            text = first.message
+            more = f" (and {len(failures) - 1} more in this batch)" if len(failures) > 1 else ""
+            self.recorder.event(owner, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {text}{more}")
+        if isinstance(first, errors.APIInvalidError) and resource is PODS:
+            raise ChildRejectedError(
+                INVALID_POD_TEMPLATE,
+                f"the API server rejects pod {name}: {first.message}",
+                immediate=False,
+            ) from first
+        raise first
 
     async def delete_all(self, owner: Obj, resource: Resource, objs: Iterable[Obj]) -> None:
-        """Delete children in parallel (each guarded by its uid); one Event names every child deleted."""
+        """Delete children in parallel (each guarded by its uid); one Event names every child deleted.
+
+        Every delete is attempted; the first failure is raised after all have ended."""
         meta = owner["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         targets = list(objs)
         if not targets:
             return
+        track = resource is PODS
 
         async def delete(obj: Obj) -> str | None:
             child = obj["metadata"]
-            if resource is PODS:
+            if track:
                 self.expectations.expect_deletion(key, child["uid"])
-            gone = await self.kube.delete(resource, child["name"], meta["namespace"], uid=child["uid"])
-            if not gone and resource is PODS:
+            try:
+                gone = await self.kube.delete(resource, child["name"], meta["namespace"], uid=child["uid"])
+            except BaseException:
+                if track:  # no delete event will come for this call
+                    self.expectations.deletion_observed(key, child["uid"])
+                raise
+            if not gone and track:
                 self.expectations.deletion_observed(key, child["uid"])
             return str(child["name"]) if gone else None
 
-        deleted = [name for name in await asyncio.gather(*(delete(o) for o in targets)) if name]
+        results = await asyncio.gather(*(delete(o) for o in targets), return_exceptions=True)
+        deleted = [r for r in results if isinstance(r, str)]
         if deleted:
             noun = resource.kind.lower() + ("s" if len(deleted) > 1 else "")
             self.recorder.event(
                 owner, NORMAL, f"SuccessfulDelete{resource.kind}", f"Deleted {noun}: {', '.join(deleted)}"
             )
+        raise_first_failure(results)
+
+    async def delete_owned(self, owner: Obj, resource: Resource, cached: Obj | None) -> bool:
+        """Delete a singleton child (pod group, autoscaler) only if this job controls it, by uid."""
+        if cached is None or ownership(cached, owner) is not Ownership.OURS:
+            return False
+        meta = cached["metadata"]
+        return await self.kube.delete(resource, meta["name"], meta.get("namespace"), uid=meta["uid"])
 
     async def copy_report(
         self, resource: Resource, jobs: Informer, job: Obj, report: dict[str, Any] | None

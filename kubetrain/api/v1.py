@@ -139,8 +139,10 @@ class JobStatus(ApiModel):
         description="kubetrain: replica restarts so far (recreated pods and in-place container restarts); "
         "runPolicy.backoffLimit bounds it",
     )
-    observed_container_restarts: int | None = Field(
-        None, description="kubetrain: container restarts of the live pods at the last reconcile (bookkeeping)"
+    counted_pod_restarts: dict[str, int] | None = Field(
+        None,
+        description="kubetrain: per pod uid, the restarts of that pod already in restartCount (a failed pod "
+        "to recreate counts one more than its container restarts), so no restart is counted twice",
     )
 
 

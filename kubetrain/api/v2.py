@@ -309,6 +309,16 @@ class TrainJobStatus(ApiModel):
     restarts_count_towards_max: int | None = Field(
         None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
     )
+    # The Job controller's failure counts, kept where a garbage-collected pod cannot take them back.
+    job_failures: dict[str, int] | None = Field(
+        None,
+        description="kubetrain: per child Job of the current restart attempt, its failures so far (failed "
+        "pods and container restarts); its backoffLimit bounds it",
+    )
+    counted_pod_restarts: dict[str, int] | None = Field(
+        None,
+        description="kubetrain: per pod uid, the failures of that pod already in jobFailures (bookkeeping)",
+    )
 
 
 class TrainJob(ApiModel):

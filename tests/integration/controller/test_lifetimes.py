@@ -106,20 +106,27 @@ async def test_clean_pod_policy_decides_what_a_finished_job_leaves(
     assert services == (left if policy != "None" else ["clean-master-0", "clean-worker-0", "clean-worker-1"])
 
 
-async def test_clean_pod_policy_none_keeps_pods_when_the_deadline_fails_the_job(
+async def test_a_job_failed_by_its_deadline_keeps_no_running_pod_even_under_clean_pod_policy_none(
     controller: Any, jobs: Jobs
 ) -> None:
+    # Upstream keeps the pods training under cleanPodPolicy None; a retry would then train beside them
+    # on the same checkpoint dir. Finished pods stay, for their logs.
     await jobs.create(
         pytorchjob(
             "keep",
             workers=1,
             master_annotations=HANG,
-            worker_annotations=HANG,
-            run_policy={"activeDeadlineSeconds": 2, "cleanPodPolicy": "None"},
+            worker_annotations=runs_for("1s"),
+            run_policy={"activeDeadlineSeconds": 4, "cleanPodPolicy": "None"},
         )
     )
+    await jobs.wait_pods("keep", 1, phase="Succeeded", timeout=20)
     await jobs.wait_condition("keep", "Failed", timeout=20)
-    assert _names(await jobs.pods("keep")) == ["keep-master-0", "keep-worker-0"]
+
+    async def only_finished_pods_left() -> bool:
+        return _names(await jobs.pods("keep")) == ["keep-worker-0"]
+
+    await eventually(only_finished_pods_left, what="the running master deleted, the finished worker kept")
 
 
 async def test_a_controller_restarted_before_the_deadline_still_fires_it_on_time(

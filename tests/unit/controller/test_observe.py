@@ -44,6 +44,7 @@ def _pod(
     message: str | None = None,
 ) -> dict[str, Any]:
     pod = build_pod(info, rtype, index, [])
+    pod["metadata"]["uid"] = f"uid-{rtype.lower()}-{index}"
     state: dict[str, Any] = {"running": {}}
     if code is not None:
         state = {"terminated": {"exitCode": code, **({"message": message} if message else {})}}
@@ -86,7 +87,8 @@ def test_counts_restarts_and_failures() -> None:
     assert (obs.counts["Worker"].succeeded, obs.counts["Worker"].failed) == (1, 2)
     assert [p["metadata"]["name"] for _, p in obs.to_restart] == ["j-worker-1"]
     assert [(t, c) for t, _, c in obs.permanent_failures] == [("Worker", 2)]
-    assert obs.container_restarts == 3
+    # Per pod: its container restarts, plus one for a failed pod that will be recreated.
+    assert obs.pod_failures == {"uid-master-0": 1, "uid-worker-1": 1, "uid-worker-2": 2}
 
 
 def test_pods_beyond_the_replica_count_and_terminating_pods_are_set_aside() -> None:

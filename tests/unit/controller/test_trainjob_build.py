@@ -337,12 +337,45 @@ def test_a_failed_pod_is_replaced_until_the_backoff_limit_then_the_job_fails() -
     assert not child.failed and child.missing() == [0]
     second = fake_pod(info, "node", 0, "Failed")
     second["metadata"]["name"] += "x"
+    second["metadata"]["uid"] += "x"
     obs = jobset.observe(info, [fake_pod(info, "node", 0, "Failed"), second], 0)
     [child] = obs.jobs
     assert child.failed
     decision = jobset.on_job_failure(info, child, 0)
     assert (decision.restart, decision.reason) == (False, "FailedJobs")
     assert "exited with code 3" in decision.message and "backoffLimit 1" in decision.message
+
+
+def test_failures_are_counted_once_and_survive_the_failed_pod_being_garbage_collected() -> None:
+    info = torch_info()
+    info.pod_sets[0].job_spec["backoffLimit"] = 1
+    failed = fake_pod(info, "node", 0, "Failed")
+    running = fake_pod(info, "node", 1, "Running")
+    first = jobset.observe(info, [failed, running], 0, job_failures={}, counted={})
+    assert first.job_failures == {"node-0": 1} and first.counted == {failed["metadata"]["uid"]: 1}
+    # The next pass sees the same failed pod: nothing new.
+    again = jobset.observe(info, [failed, running], 0, job_failures=first.job_failures, counted=first.counted)
+    assert again.job_failures == {"node-0": 1}
+    # The pod garbage collector removes the failed pod: its failure stays counted.
+    collected = jobset.observe(info, [running], 0, job_failures=again.job_failures, counted=again.counted)
+    [child] = collected.jobs
+    assert child.failures == 1 and not child.failed and collected.counted == {}
+
+
+def test_a_replacement_pod_never_takes_the_name_of_a_pod_that_still_exists() -> None:
+    info = torch_info()
+    pod_set = info.pod_sets[0]
+    first = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=0, plugins=[])
+    first["metadata"]["uid"] = "first"
+    first["status"] = {"phase": "Failed", "containerStatuses": []}
+    obs = jobset.observe(info, [first], 0, job_failures={}, counted={})
+    [child] = obs.jobs
+    replacement = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=child.failures, plugins=[])
+    assert replacement["metadata"]["name"] != first["metadata"]["name"]
+    # Even when an earlier failed pod of that index was garbage-collected meanwhile.
+    later = jobset.observe(info, [first], 0, job_failures={"node-0": 5}, counted={"first": 1})
+    again = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=later.jobs[0].failures, plugins=[])
+    assert again["metadata"]["name"] not in {first["metadata"]["name"], replacement["metadata"]["name"]}
 
 
 def test_max_restarts_restarts_then_reports_reaching_the_limit() -> None:

@@ -1,0 +1,189 @@
+"""Child writes: who holds a name, what a finished job deletes, slow-start batches, expectations on errors.
+
+The writer is driven here by a small in-memory stand-in for the API client (unit tier); the same
+behaviour against the real API server under injected faults is in tests/faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kubetrain.controller.core.events import EventRecorder
+from kubetrain.controller.core.expectations import Expectations
+from kubetrain.controller.core.runner import RetryLaterError
+from kubetrain.controller.kube import errors
+from kubetrain.controller.kube.resources import PODS, Resource
+from kubetrain.controller.reconcilers.v1job import cleanup_targets
+from kubetrain.controller.reconcilers.writes import (
+    INVALID_POD_TEMPLATE,
+    NAME_CONFLICT,
+    ChildRejectedError,
+    ChildWriter,
+    Ownership,
+    ownership,
+)
+
+JOB: dict[str, Any] = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
+}
+
+
+def owned_by(kind: str, name: str, uid: str, **meta: Any) -> dict[str, Any]:
+    ref = {"apiVersion": "kubeflow.org/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
+    return {"metadata": {"name": "j-worker-0", "ownerReferences": [ref], **meta}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "verdict"),
+    [
+        (owned_by("PyTorchJob", "j", "job-uid"), Ownership.OURS),
+        (owned_by("PyTorchJob", "j", "old-uid"), Ownership.STALE),
+        (owned_by("TFJob", "j", "tf-uid", deletionTimestamp="2026-01-01T00:00:00Z"), Ownership.STALE),
+        (owned_by("TFJob", "j", "tf-uid"), Ownership.FOREIGN),
+        ({"metadata": {"name": "j-worker-0"}}, Ownership.FOREIGN),
+        (None, Ownership.GONE),
+    ],
+)
+def test_who_holds_a_childs_name(obj: dict[str, Any] | None, verdict: Ownership) -> None:
+    assert ownership(obj, JOB) is verdict
+
+
+def pod(name: str, phase: str | None, *, leaving: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": name}
+    if leaving:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase} if phase else {}}
+
+
+PODS_NOW = [pod("m", "Succeeded"), pod("w0", "Running"), pod("w1", "Pending"), pod("w2", None, leaving=True)]
+SERVICES_NOW = [{"metadata": {"name": n}} for n in ("m", "w0", "w1", "w2")]
+
+
+@pytest.mark.parametrize(
+    ("policy", "failed", "pods", "services"),
+    [
+        ("None", False, [], []),
+        ("Running", False, ["w0", "w1"], ["w0", "w1"]),
+        ("All", False, ["m", "w0", "w1"], ["m", "w0", "w1", "w2"]),
+        # A failed job never keeps a pod running, whatever the policy (a retry would train beside it).
+        ("None", True, ["w0", "w1"], ["w0", "w1"]),
+        ("All", True, ["m", "w0", "w1"], ["m", "w0", "w1", "w2"]),
+    ],
+)
+def test_what_a_finished_job_deletes(policy: str, failed: bool, pods: list[str], services: list[str]) -> None:
+    doomed, doomed_services = cleanup_targets(
+        PODS_NOW, SERVICES_NOW, policy=policy, finished=True, failed=failed
+    )
+    assert [p["metadata"]["name"] for p in doomed] == pods
+    assert [s["metadata"]["name"] for s in doomed_services] == services
+
+
+def test_suspending_deletes_every_live_pod_and_service() -> None:
+    doomed, services = cleanup_targets(PODS_NOW, SERVICES_NOW, policy="None", finished=False, failed=False)
+    assert len(doomed) == 3 and len(services) == 4
+
+
+class FakeKube:
+    """Answers creates and deletes from a script: a name maps to an exception to raise."""
+
+    def __init__(self, failures: dict[str, BaseException] | None = None) -> None:
+        self.failures = failures or {}
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Any:
+        name = body["metadata"]["name"]
+        self.calls.append(("create", name))
+        await asyncio.sleep(0)
+        if name in self.failures:
+            raise self.failures[name]
+        return body
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
+        return self.objects.get(name)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> bool:
+        self.calls.append(("delete", name))
+        if name in self.failures:
+            raise self.failures[name]
+        return True
+
+
+def writer(kube: FakeKube) -> tuple[ChildWriter, Expectations]:
+    expectations = Expectations()
+    recorder = EventRecorder(kube, "test")  # type: ignore[arg-type]
+    return ChildWriter(kube, expectations, recorder, concurrency=64), expectations  # type: ignore[arg-type]
+
+
+def bodies(count: int) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": f"p{i}"}} for i in range(count)]
+
+
+def api_error(cls: type[errors.APIError], status: int, message: str = "no") -> errors.APIError:
+    return cls(status, {"message": message, "reason": "x"})
+
+
+async def test_creates_go_in_slow_start_batches_that_stop_at_the_first_error() -> None:
+    kube = FakeKube({"p3": api_error(errors.APIError, 403, "exceeded quota")})
+    child_writer, expectations = writer(kube)
+    with pytest.raises(errors.APIError, match="exceeded quota"):
+        await child_writer.create_all(JOB, PODS, bodies(20), track=True)
+    # Batches of 1, 2, 4: p3 is in the third batch, which ends the pass; p7 onwards never went out.
+    assert [name for _, name in kube.calls] == [f"p{i}" for i in range(7)]
+    # The expectation counts only the creates whose add events will come (6 of them).
+    for _ in range(6):
+        assert not expectations.satisfied("ns/j")
+        expectations.creation_observed("ns/j")
+    assert expectations.satisfied("ns/j")
+
+
+async def test_a_failed_delete_lowers_its_expectation_so_the_job_is_not_frozen() -> None:
+    kube = FakeKube({"w0": api_error(errors.APIServerError, 503)})
+    child_writer, expectations = writer(kube)
+    with pytest.raises(errors.APIServerError):
+        await child_writer.delete_all(JOB, PODS, [pod("w0", "Failed"), pod("w1", "Failed")])
+    assert ("delete", "w1") in kube.calls, "one failure does not stop the other deletes"
+    expectations.deletion_observed("ns/j", "w1")  # w1's delete event
+    assert expectations.satisfied("ns/j")
+
+
+async def test_a_create_that_fails_outside_the_api_lowers_its_expectation() -> None:
+    kube = FakeKube({"p0": TimeoutError()})
+    child_writer, expectations = writer(kube)
+    with pytest.raises(TimeoutError):
+        await child_writer.create_all(JOB, PODS, bodies(3), track=True)
+    assert expectations.satisfied("ns/j")
+
+
+async def test_a_name_held_by_another_job_is_a_conflict_that_names_the_holder() -> None:
+    kube = FakeKube({"p0": api_error(errors.APIConflictError, 409, "already exists")})
+    kube.objects["p0"] = owned_by("TFJob", "j", "tf-uid")
+    child_writer, _ = writer(kube)
+    with pytest.raises(ChildRejectedError) as raised:
+        await child_writer.create_all(JOB, PODS, bodies(1), track=True)
+    assert raised.value.reason == NAME_CONFLICT and raised.value.immediate
+    assert "Pod p0 already exists and belongs to TFJob j" in raised.value.message
+
+
+async def test_a_409_for_a_child_of_this_job_is_success_and_one_of_an_earlier_job_is_waited_for() -> None:
+    kube = FakeKube({"p0": api_error(errors.APIConflictError, 409, "already exists")})
+    kube.objects["p0"] = owned_by("PyTorchJob", "j", "job-uid")
+    child_writer, _ = writer(kube)
+    await child_writer.create_all(JOB, PODS, bodies(1), track=True)
+    kube.objects["p0"] = owned_by("PyTorchJob", "j", "earlier-uid")
+    with pytest.raises(RetryLaterError):
+        await child_writer.create_all(JOB, PODS, bodies(1), track=True)
+
+
+async def test_a_pod_the_api_server_finds_invalid_is_rejected_with_its_message() -> None:
+    kube = FakeKube({"p0": api_error(errors.APIInvalidError, 422, "spec.containers[0].name: Invalid value")})
+    child_writer, _ = writer(kube)
+    with pytest.raises(ChildRejectedError) as raised:
+        await child_writer.create_all(JOB, PODS, bodies(4), track=True)
+    assert raised.value.reason == INVALID_POD_TEMPLATE and not raised.value.immediate
+    assert "spec.containers[0].name: Invalid value" in raised.value.message
