@@ -260,7 +260,7 @@ class DevCluster:
                     "--anonymous-auth=false",
                     "--allow-privileged=true",
                     "--endpoint-reconciler-type=none",
-                    "--enable-admission-plugins=NodeRestriction",
+                    "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
                     "--disable-admission-plugins=TaintNodesByCondition",
                     f"--feature-gates={FEATURE_GATES}",
                     f"--runtime-config={RUNTIME_CONFIG}",

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import Jobs, eventually, pytorchjob, runs_for
+from tests.support import Jobs, eventually, pytorchjob, runs_for, trainjob, training_runtime
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +185,11 @@ async def test_the_controller_runs_with_only_its_own_rbac(
         )
         await jobs.wait_condition("rbac", "Succeeded", timeout=60)
         await eventually(lambda: _deleted(jobs), timeout=30, what="the TTL deletion (needs delete on jobs)")
+        # A TrainJob too: its pods, Service and runtime snapshot carry blockOwnerDeletion, which the dev
+        # cluster's OwnerReferencesPermissionEnforcement checks against trainjobs/finalizers.
+        await jobs.create(training_runtime("torch", pod_annotations=runs_for("1s")))
+        await jobs.create(trainjob("rbac-tj", "torch"))
+        await jobs.wait_condition("rbac-tj", "Complete", kind="TrainJob", timeout=60)
         coordination = client.CoordinationV1Api(jobs.custom.api_client)
         lease = await coordination.read_namespaced_lease(f"test-{jobs.namespace}", controller_namespace)
         assert lease.spec.holder_identity
