@@ -12,6 +12,11 @@ resubmitted job repeats at most one checkpoint interval. Rank 0 leaves a
 report (last checkpoint, step, final accuracy) as its termination message,
 which the controller copies into the job.
 
+An attempt that a newer attempt of the same job has fenced off (it kept
+running on a node the cluster lost touch with) stops at its next write into
+the checkpoint directory: every rank exits with code 86
+(``kubetrain.checkpoint.EXIT_FENCED``) and rank 0 reports status ``fenced``.
+
     python examples/train_ddp.py --steps 200 --checkpoint-every 20
 """
 
@@ -22,8 +27,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -32,7 +39,9 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 
-from kubetrain.checkpoint import CheckpointManager
+from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff
+
+T = TypeVar("T")
 
 
 def parse_args() -> argparse.Namespace:
@@ -97,17 +106,48 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def resume_step(ckpt: CheckpointManager | None, world: int) -> int:
+def unless_fenced(rank: int, world: int, device: torch.device, use: Callable[[], T]) -> T:
+    """Run ``use`` (a read or write of the checkpoint dir) on every rank; stop them all if rank 0 is fenced off.
+
+    Only rank 0 checks the fence. Without this, the other ranks would die at their next
+    collective with a connection error, hiding why the attempt ended.
+    """
+    fenced: FencedOff | None = None
+    try:
+        result = use()
+    except FencedOff as error:
+        fenced = error
+    if world > 1:
+        flag = torch.tensor([0 if fenced is None else 1], device=device)
+        dist.broadcast(flag, src=0)
+        if int(flag.item()) and fenced is None:
+            log(rank, "stopping: rank 0 was fenced off by a newer attempt of this job")
+            raise SystemExit(EXIT_FENCED)
+    if fenced is not None:
+        raise fenced
+    return result
+
+
+def resume_step(ckpt: CheckpointManager | None, rank: int, world: int, device: torch.device) -> int:
     """The step rank 0 resumes from (0 for a fresh start), agreed by every rank."""
     step = 0
     if ckpt is not None:
-        point = ckpt.resume_point()
+        point = unless_fenced(rank, world, device, ckpt.resume_point)
         step = point.step if point is not None else 0
     if world > 1:
-        tensor = torch.tensor([step])
+        tensor = torch.tensor([step], device=device)
         dist.broadcast(tensor, src=0)
         step = int(tensor.item())
     return step
+
+
+def append_metrics(ckpt: CheckpointManager, path: Path | None, record: dict[str, Any]) -> None:
+    """Rank 0 appends a line to the metrics file next to the checkpoints (unless fenced off)."""
+    if path is None:
+        return
+    ckpt.check_fence()
+    with path.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 def load(ckpt: CheckpointManager, step: int, net: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -145,7 +185,7 @@ def main() -> int:
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    start = resume_step(ckpt, world)
+    start = resume_step(ckpt, rank, world, device)
     if start and ckpt is not None:
         load(ckpt, start, net.module if world > 1 else net, optimizer)
         log(
@@ -179,16 +219,14 @@ def main() -> int:
             time.sleep(args.step_seconds)
         if step % 10 == 0 or step == args.steps:
             log(rank, "training", step=step, loss=f"{loss_value:.4f}")
-            if metrics_file is not None:
-                with metrics_file.open("a") as handle:
-                    handle.write(json.dumps({"step": step, "loss": loss_value, "attempt": attempt}) + "\n")
+            if ckpt is not None:
+                record = {"step": step, "loss": loss_value, "attempt": attempt}
+                unless_fenced(rank, world, device, partial(append_metrics, ckpt, metrics_file, record))
         if ckpt is not None and (step % args.checkpoint_every == 0 or step == args.steps):
             inner = net.module if world > 1 else net
-            saved = ckpt.save(
-                {"model": inner.state_dict(), "optimizer": optimizer.state_dict()},
-                step,
-                metrics={"loss": round(loss_value, 5)},
-            )
+            state = {"model": inner.state_dict(), "optimizer": optimizer.state_dict()}
+            metrics = {"loss": round(loss_value, 5)}
+            saved = unless_fenced(rank, world, device, partial(ckpt.save, state, step, metrics=metrics))
             if saved is not None:
                 log(rank, "checkpoint saved", step=step, path=saved.path)
 

@@ -1,16 +1,40 @@
-"""Checkpoints for training code: atomic saves, resume, retention and the termination report.
+"""Checkpoints for training code: atomic saves, resume, retention, fencing and the termination report.
 
 The training side of kubetrain's checkpoint contract (docs/checkpoints.md). It
 needs no Kubernetes and no kubetrain service: the controller passes
-``KUBETRAIN_CHECKPOINT_DIR`` and ``KUBETRAIN_RESUME_FROM`` in the environment,
-and reads back the JSON report that rank 0 leaves as its container's
-termination message.
+``KUBETRAIN_CHECKPOINT_DIR``, ``KUBETRAIN_RESUME_FROM`` and ``KUBETRAIN_ATTEMPT``
+in the environment, and reads back the JSON report that rank 0 leaves as its
+container's termination message.
 
 A checkpoint is a directory ``step-<N>`` holding the state and a ``COMPLETE``
 marker. It is written under a temporary name, the marker last, every file
 fsync-ed, and only then renamed into place, so a crash at any moment leaves
 either a complete checkpoint or none: ``latest()`` never returns a checkpoint
 that fails to load. Only rank 0 writes; other ranks' ``save`` is a no-op.
+
+Saving a step that exists already cannot be one rename (a directory is never
+renamed over a non-empty one), so the old one is first moved aside to
+``.trash-step-<N>-*`` and the new one renamed into place. A displaced copy
+still counts for its step while ``step-<N>`` is missing, so a crash between
+the two renames leaves the old checkpoint found, and after the second the
+new one. Deleting starts with the marker, so a half-deleted checkpoint is
+never taken for a complete one.
+
+Fencing: every attempt of a job lineage (a retry, a resubmission) uses the
+same directory, and a pod of an older attempt can outlive its job (a
+partitioned node). With ``KUBETRAIN_ATTEMPT`` set, rank 0 records its attempt
+in ``.fence/attempt-<N>`` the first time it touches the directory (or at
+``start()``); the fence is the highest attempt recorded there. A file per
+attempt rather than one file holding a number, because a directory has no
+compare-and-swap: two processes each replacing one file can leave the lower
+number last, while the maximum of a set of names that only grows can only
+rise. An attempt below the fence is refused when it starts, before a save
+writes anything, and again right before it publishes: ``FencedOff``, a
+``SystemExit`` with code ``EXIT_FENCED``, so an uncaught one ends the process
+with that code and a broad ``except Exception`` does not swallow it. Checkpoints
+are ordered by (attempt, step), a checkpoint of a newer attempt is never moved
+aside, overwritten or deleted by an older one, and leftovers are removed only
+when no live save of a newer attempt can be using them.
 
 State may be anything ``torch.save`` accepts (model and optimizer state dicts),
 or plain ``bytes``; without torch installed, any picklable object.
@@ -31,15 +55,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import pickle
 import re
 import shutil
 import signal
+import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -52,8 +79,41 @@ ENV_TERMINATION_LOG = "KUBETRAIN_TERMINATION_MESSAGE_PATH"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 MARKER = "COMPLETE"
 META = "meta.json"
+FENCE_DIR = ".fence"
+EXIT_FENCED = 86  # 1-127: a restart policy of ExitCode treats it as permanent, as it is
 MAX_REPORT_BYTES = 4096  # the kubelet keeps at most this much of a termination message
+STALE_SECONDS = 3600  # a temporary directory of this attempt untouched this long belongs to a dead save
+PUBLISH_TRIES = 5
 _NAME = re.compile(r"^step-(\d+)$")
+_TRASH = re.compile(r"^\.trash-step-(\d+)-")
+_TMP = re.compile(r"^\.tmp-step-(\d+)-(?:a(\d+)-([0-9a-f]+)-)?")
+_FENCE_MARK = re.compile(r"^attempt-(\d+)$")
+_OUR_FILES = {MARKER, META, "state.pt", "state.bin", "state.pkl"}
+
+
+class FencedOff(SystemExit):
+    """An attempt older than the fence tried to use the checkpoint directory: it must stop.
+
+    A ``SystemExit`` with code ``EXIT_FENCED``: uncaught, the process exits with that code (the
+    message has gone to stderr already); ``except Exception`` does not catch it, on purpose.
+    """
+
+    def __init__(self, attempt: int, fence: int, directory: Path, refused: str = "") -> None:
+        super().__init__(EXIT_FENCED)
+        self.attempt = attempt
+        self.fence = fence
+        self.directory = directory
+        self.refused = refused  # what was refused, e.g. "save step 40"
+
+    def __str__(self) -> str:
+        refused = f" (refused to {self.refused})" if self.refused else ""
+        return (
+            f"kubetrain.checkpoint: attempt {self.attempt} is fenced off from {self.directory}: "
+            f"attempt {self.fence} has started using it, so attempt {self.attempt} must not write there"
+            f"{refused}; exiting with code {EXIT_FENCED}. If no attempt {self.fence} exists, this job "
+            f"reuses another job's directory: give it attempt {self.fence + 1} or more "
+            f"(kubetrain.dev/attempt), or remove {self.directory / FENCE_DIR} to hand the directory over."
+        )
 
 
 @dataclass(frozen=True)
@@ -69,6 +129,131 @@ class Checkpoint:
         metrics: dict[str, Any] = self.meta.get("metrics") or {}
         return metrics
 
+    @property
+    def attempt(self) -> int:
+        """The attempt that saved it (1 for checkpoints saved without ``KUBETRAIN_ATTEMPT``)."""
+        return _as_attempt(self.meta.get("attempt")) or 1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What one name in a checkpoint directory is: a checkpoint, a displaced copy, or a save under way."""
+
+    path: Path
+    kind: str  # "step" (published), "trash" (moved aside by an overwrite) or "tmp" (being written)
+    step: int
+    complete: bool = False
+    meta: dict[str, Any] | None = None
+    attempt: int | None = None  # step/trash: from the meta; tmp: from the name
+    token: str | None = None  # tmp: the writing manager's
+    age: float = 0.0  # seconds since it last changed
+    foreign: bool = False  # step: holds files save() never writes (not ours to delete)
+
+
+# -- pure decisions ------------------------------------------------------------------------------
+def parse_attempt(value: str | None) -> int | None:
+    """``$KUBETRAIN_ATTEMPT`` as a number; None when unset or empty (no fencing)."""
+    if value is None or not value.strip():
+        return None
+    attempt = _as_attempt(value)
+    if attempt is None:
+        raise ValueError(f"${ENV_ATTEMPT} must be a positive integer (got {value!r})")
+    return attempt
+
+
+def _as_attempt(value: Any) -> int | None:
+    try:
+        attempt = int(str(value).strip())
+    except ValueError:
+        return None
+    return attempt if attempt >= 1 else None
+
+
+def fence_of(names: Iterable[str]) -> int | None:
+    """The fence, given the names in ``.fence``: the highest attempt recorded, None when none is."""
+    attempts = [int(m[1]) for m in map(_FENCE_MARK.match, names) if m]
+    return max(attempts, default=None)
+
+
+def order_key(checkpoint: Checkpoint) -> tuple[int, int]:
+    """Attempt, then step: the order ``latest()`` (the last) and retention (the first go) use."""
+    return checkpoint.attempt, checkpoint.step
+
+
+def choose(entries: Iterable[Entry]) -> list[Checkpoint]:
+    """One checkpoint per step, oldest first by (attempt, step).
+
+    A complete ``step-<N>`` stands for its step; without one, the newest complete copy an
+    overwrite moved aside does (a crash between the two renames of an overwrite left it there).
+    """
+    published: dict[int, Checkpoint] = {}
+    displaced: dict[int, Checkpoint] = {}
+    for entry in entries:
+        if not entry.complete or entry.meta is None or entry.kind == "tmp":
+            continue
+        checkpoint = Checkpoint(entry.path, entry.step, entry.meta)
+        if entry.kind == "step":
+            published[entry.step] = checkpoint
+            continue
+        best = displaced.get(entry.step)
+        if best is None or _recency(checkpoint) > _recency(best):
+            displaced[entry.step] = checkpoint
+    chosen = {**displaced, **published}
+    return sorted(chosen.values(), key=order_key)
+
+
+def _recency(checkpoint: Checkpoint) -> tuple[int, float]:
+    saved = checkpoint.meta.get("time")
+    return checkpoint.attempt, float(saved) if isinstance(saved, int | float) else 0.0
+
+
+@dataclass(frozen=True)
+class CleanupPlan:
+    """What a writer may delete, and which displaced copies go back to their step's name."""
+
+    discard: list[Path]
+    restore: list[tuple[Path, Path]]
+
+
+def plan_cleanup(
+    entries: list[Entry],
+    *,
+    keep: int,
+    attempt: int,
+    fencing: bool,
+    own_token: str,
+    protect: Path | None = None,
+) -> CleanupPlan:
+    """Retention, and the leftovers of saves that crashed, for a writer of ``attempt``.
+
+    Never deletes a checkpoint of a newer attempt, nor ``protect`` (the one just saved), nor a
+    temporary directory that a live save of this or a newer attempt may be writing (an older
+    attempt's is fair game when fencing: it can no longer be published). A displaced copy that
+    still stands for its step (a crash between the two renames of an overwrite) is renamed back.
+    """
+    chosen = choose(entries)
+    kept = chosen[-keep:]
+    discard = [c.path for c in chosen[:-keep] if c.attempt <= attempt and c.path != protect]
+    restore = [(c.path, c.path.with_name(f"step-{c.step:08d}")) for c in kept if c.path.name.startswith(".")]
+    chosen_paths = {c.path for c in chosen}
+    oldest_kept = min((c.step for c in kept), default=None)
+    for entry in entries:
+        if entry.kind == "trash":
+            # superseded by a published step-N, a duplicate, or half deleted: not a checkpoint
+            if entry.path not in chosen_paths and (entry.attempt or 1) <= attempt:
+                discard.append(entry.path)
+        elif entry.kind == "tmp":
+            mine = entry.token == own_token  # a save of this manager that failed to clean up
+            fenced_off = fencing and entry.attempt is not None and entry.attempt < attempt
+            stale = (entry.attempt is None or entry.attempt <= attempt) and entry.age > STALE_SECONDS
+            if mine or fenced_off or stale:
+                discard.append(entry.path)
+        elif entry.complete or entry.foreign or oldest_kept is None:
+            continue
+        elif entry.step < oldest_kept:
+            discard.append(entry.path)  # a deletion that crashed half way
+    return CleanupPlan(discard, restore)
+
 
 def current_rank() -> int:
     """This process's global rank: torch.distributed's if initialised, else ``$RANK``, else 0."""
@@ -78,6 +263,7 @@ def current_rank() -> int:
     return int(os.environ.get("RANK", "0") or 0)
 
 
+# -- file-system steps (separate functions, so tests can stop a save between any two) ------------
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -93,24 +279,106 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
+def _rename(source: Path, target: Path) -> None:
+    os.rename(source, target)
+
+
+def _unlink(path: Path) -> None:
+    os.unlink(path)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _discard(path: Path) -> None:
+    """Delete a checkpoint-like directory, its marker first: half deleted, it is no longer complete."""
+    with contextlib.suppress(OSError):
+        _unlink(path / MARKER)
+        _fsync_dir(path)
+    _rmtree(path)
+
+
+def read_fence(directory: str | Path) -> int | None:
+    """The highest attempt that has started using ``directory``; None when none has recorded itself."""
+    try:
+        return fence_of(os.listdir(Path(directory) / FENCE_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((path / META).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _only_ours(path: Path) -> bool:
+    try:
+        return all(name in _OUR_FILES for name in os.listdir(path))
+    except OSError:
+        return False
+
+
+def scan(directory: Path) -> list[Entry]:
+    """Every checkpoint, displaced copy and save under way in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    now = time.time()
+    found = []
+    for name in names:
+        path = directory / name
+        if match := _NAME.match(name) or _TRASH.match(name):
+            kind = "step" if name.startswith("step-") else "trash"
+            meta = _read_meta(path)
+            complete = meta is not None and (path / MARKER).exists()
+            attempt = (_as_attempt(meta.get("attempt")) or 1) if meta is not None else None
+            foreign = not complete and kind == "step" and not _only_ours(path)
+            found.append(Entry(path, kind, int(match[1]), complete, meta, attempt, foreign=foreign))
+        elif match := _TMP.match(name):
+            try:
+                age = now - path.stat().st_mtime
+            except OSError:
+                continue
+            attempt = int(match[2]) if match[2] and int(match[2]) > 0 else None
+            found.append(Entry(path, "tmp", int(match[1]), attempt=attempt, token=match[3], age=age))
+    return found
+
+
 class CheckpointManager:
     """Save, find and load checkpoints in one directory; report the last one when the process ends."""
 
     def __init__(
-        self, directory: str | Path | None = None, *, keep: int = 3, rank: int | None = None
+        self,
+        directory: str | Path | None = None,
+        *,
+        keep: int = 3,
+        rank: int | None = None,
+        attempt: int | None = None,
     ) -> None:
         configured = directory if directory is not None else os.environ.get(ENV_DIR)
         if not configured:
             raise ValueError(f"no checkpoint directory: pass one, or set ${ENV_DIR}")
         if keep < 1:
             raise ValueError(f"keep must be at least 1 (got {keep})")
+        if attempt is not None and attempt < 1:
+            raise ValueError(f"attempt must be at least 1 (got {attempt})")
         self.directory = Path(configured)
         self.keep = keep
         self._rank = rank
+        # None: plain local use, no fence (it then counts as attempt 1, like a first attempt)
+        self.attempt = attempt if attempt is not None else parse_attempt(os.environ.get(ENV_ATTEMPT))
         self.last_saved: Checkpoint | None = None
         self.last_metrics: dict[str, Any] = {}
         self.last_step: int | None = None
         self.resumed_from: Checkpoint | None = None
+        self.fenced_by: int | None = None
+        self._token = uuid.uuid4().hex[:8]
+        self._started = False
         self._report_installed = False
         self._reported = False
 
@@ -122,46 +390,152 @@ class CheckpointManager:
     def is_writer(self) -> bool:
         return self.rank == 0
 
+    @property
+    def _fencing(self) -> bool:
+        return self.attempt is not None and self.is_writer
+
+    @property
+    def _ordinal(self) -> int:
+        """The attempt this process counts as: its own, or 1 without ``$KUBETRAIN_ATTEMPT``."""
+        return self.attempt or 1
+
+    # -- the fence -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Record this attempt in the directory's fence (rank 0, with ``$KUBETRAIN_ATTEMPT``).
+
+        Called by the first method that touches the directory; call it earlier to fence older
+        attempts off sooner. Raises ``FencedOff`` when a newer attempt has started already.
+        """
+        if self._started or not self._fencing:
+            return
+        assert self.attempt is not None
+        fence_dir = self.directory / FENCE_DIR
+        if not fence_dir.is_dir():
+            fence_dir.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(self.directory)
+        mark = fence_dir / f"attempt-{self.attempt}"
+        if not mark.exists():
+            record = {"attempt": self.attempt, "host": socket.gethostname(), "pid": os.getpid()}
+            tmp = fence_dir / f".tmp-{mark.name}-{self._token}"
+            _write(tmp, json.dumps({**record, "time": time.time()}).encode())
+            _rename(tmp, mark)
+            _fsync_dir(fence_dir)
+        self._started = True
+        self._check_fence("start")  # re-read: a newer attempt may have recorded itself meanwhile
+
+    def fence(self) -> int | None:
+        """The highest attempt that has started using the directory (None: no attempt recorded)."""
+        return read_fence(self.directory)
+
+    def check_fence(self) -> None:
+        """Raise ``FencedOff`` if a newer attempt has started; call before writing files of your own."""
+        self._check_fence("")
+
+    def _check_fence(self, refused: str) -> None:
+        if not self._fencing:
+            return
+        assert self.attempt is not None
+        fence = self.fence()
+        if fence is not None and fence > self.attempt:
+            self._fenced_off(fence, refused)
+
+    def _fenced_off(self, fence: int, refused: str) -> None:
+        assert self.attempt is not None
+        error = FencedOff(self.attempt, fence, self.directory, refused)
+        if self.fenced_by is None:
+            print(error, file=sys.stderr, flush=True)
+        self.fenced_by = fence
+        if self._report_installed:
+            self.write_report(status="fenced")
+        raise error
+
     # -- saving ----------------------------------------------------------------------------------
     def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
-        """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention."""
+        """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention.
+
+        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt uses the directory.
+        """
         self.last_step = step
         if metrics:
             self.last_metrics = dict(metrics)
         if not self.is_writer:
             return None
+        self.start()
+        refusal = f"save step {step}"
+        self._check_fence(refusal)
+        fmt, payload = self._serialise(state)
+        meta = {
+            "step": step,
+            "format": fmt,
+            "metrics": metrics or {},
+            "time": time.time(),
+            "attempt": self._ordinal,
+        }
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"step-{step:08d}"
-        tmp = self.directory / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        # the writer in the name: cleanup tells an older attempt's dead save from a live one
+        tmp = self.directory / f".tmp-{final.name}-a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            fmt, payload = self._serialise(state)
             _write(tmp / f"state.{fmt}", payload)
-            meta = {
-                "step": step,
-                "format": fmt,
-                "metrics": metrics or {},
-                "time": time.time(),
-                "attempt": os.environ.get(ENV_ATTEMPT, "1"),
-            }
             _write(tmp / META, json.dumps(meta).encode())
             _write(tmp / MARKER, b"")
             _fsync_dir(tmp)
-            if final.exists():  # the same step again: move the old one out of the way first
-                trash = self.directory / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
-                final.rename(trash)
-                tmp.rename(final)
-                shutil.rmtree(trash, ignore_errors=True)
-            else:
-                tmp.rename(final)
-            _fsync_dir(self.directory)
+            self._check_fence(refusal)
+            displaced = self._publish(tmp, final, step)
+        except FencedOff:
+            with contextlib.suppress(OSError):
+                _discard(tmp)
+            raise
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                _discard(tmp)
+            self._check_fence(refusal)  # a newer attempt's cleanup may be what broke this save
             raise
         checkpoint = Checkpoint(final, step, meta)
         self.last_saved = checkpoint
-        self._retain()
+        self._check_fence(refusal)  # published just as a newer attempt started: stop here
+        for old in displaced:
+            _discard(old)
+        self._clean_up(protect=final)
         return checkpoint
+
+    def _publish(self, tmp: Path, final: Path, step: int) -> list[Path]:
+        """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first (returned).
+
+        Whatever is moved aside is inspected after the move, so a checkpoint that a newer attempt
+        published in the meantime is put back, never replaced.
+        """
+        displaced: list[Path] = []
+        for _ in range(PUBLISH_TRIES):
+            try:
+                _rename(tmp, final)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            else:
+                _fsync_dir(self.directory)
+                return displaced
+            aside = self.directory / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+            try:
+                _rename(final, aside)
+            except FileNotFoundError:
+                continue  # gone already: try the rename again
+            _fsync_dir(self.directory)
+            displaced.append(aside)
+            if not self._fencing:
+                continue
+            holder = _as_attempt((_read_meta(aside) or {}).get("attempt"))
+            refusal = f"save step {step}"
+            try:
+                if holder is not None and self.attempt is not None and holder > self.attempt:
+                    self._fenced_off(max(holder, self.fence() or holder), refusal)
+                self._check_fence(refusal)
+            except FencedOff:
+                with contextlib.suppress(OSError):
+                    _rename(aside, final)  # put it back (unless something else is there now)
+                raise
+        raise OSError(f"could not publish {final}: something else keeps writing that step")
 
     @staticmethod
     def _serialise(state: Any) -> tuple[str, bytes]:
@@ -177,45 +551,37 @@ class CheckpointManager:
         torch.save(state, buffer)
         return "pt", buffer.getvalue()
 
-    def _retain(self) -> None:
-        complete = self.checkpoints()
-        for old in complete[: max(0, len(complete) - self.keep)]:
-            shutil.rmtree(old.path, ignore_errors=True)
-        cutoff = time.time() - 3600
-        for stale in self.directory.glob(".tmp-*"):  # left by a crash long ago
-            with contextlib.suppress(OSError):
-                if stale.stat().st_mtime < cutoff:
-                    shutil.rmtree(stale, ignore_errors=True)
+    def _clean_up(self, *, protect: Path | None = None) -> None:
+        """Retention, and the leftovers of saves that crashed (see ``plan_cleanup``)."""
+        plan = plan_cleanup(
+            scan(self.directory),
+            keep=self.keep,
+            attempt=self._ordinal,
+            fencing=self._fencing,
+            own_token=self._token,
+            protect=protect,
+        )
+        for path in plan.discard:
+            _discard(path)
+        for displaced, name in plan.restore:
+            with contextlib.suppress(OSError):  # taken meanwhile: then this copy is superseded
+                _rename(displaced, name)
 
     # -- finding and loading ---------------------------------------------------------------------
     def checkpoints(self) -> list[Checkpoint]:
-        """Every complete checkpoint, oldest first."""
-        found = []
-        if not self.directory.is_dir():
-            return []
-        for entry in self.directory.iterdir():
-            match = _NAME.match(entry.name)
-            if match and (entry / MARKER).exists():
-                found.append(self._read(entry, int(match[1])))
-        return sorted((c for c in found if c is not None), key=lambda c: c.step)
-
-    @staticmethod
-    def _read(path: Path, step: int) -> Checkpoint | None:
-        try:
-            meta = json.loads((path / META).read_text())
-        except (OSError, ValueError):
-            return None
-        return Checkpoint(path, step, meta)
+        """Every complete checkpoint, one per step, oldest first by (attempt, step)."""
+        self.start()
+        return choose(scan(self.directory))
 
     def latest(self) -> Checkpoint | None:
-        """The newest complete checkpoint in the directory."""
+        """The newest complete checkpoint in the directory: the newest attempt's highest step."""
         complete = self.checkpoints()
         return complete[-1] if complete else None
 
     def resume_point(self) -> Checkpoint | None:
         """Where to resume: the newer of ``$KUBETRAIN_RESUME_FROM`` and the latest checkpoint here."""
         candidates = [c for c in (self.latest(), self._from_env()) if c is not None]
-        return max(candidates, key=lambda c: c.step) if candidates else None
+        return max(candidates, key=order_key) if candidates else None
 
     def _from_env(self) -> Checkpoint | None:
         hint = os.environ.get(ENV_RESUME_FROM, "")
@@ -225,7 +591,8 @@ class CheckpointManager:
         match = _NAME.match(path.name)
         if not match or not (path / MARKER).exists():
             return None
-        return self._read(path, int(match[1]))
+        meta = _read_meta(path)
+        return Checkpoint(path, int(match[1]), meta) if meta is not None else None
 
     def load(self, checkpoint: Checkpoint, *, map_location: Any = None) -> Any:
         """The state stored in ``checkpoint``."""
@@ -243,13 +610,21 @@ class CheckpointManager:
 
     def load_latest(self, *, map_location: Any = None) -> tuple[Any, int] | None:
         """``(state, step)`` of the resume point, or None when training starts from scratch."""
-        checkpoint = self.resume_point()
-        if checkpoint is None:
-            return None
-        self.resumed_from = checkpoint
-        self.last_saved = checkpoint
-        self.last_step = checkpoint.step
-        return self.load(checkpoint, map_location=map_location), checkpoint.step
+        for tries_left in reversed(range(3)):
+            checkpoint = self.resume_point()
+            if checkpoint is None:
+                return None
+            try:
+                state = self.load(checkpoint, map_location=map_location)
+            except FileNotFoundError:
+                if tries_left:
+                    continue  # moved by a save in progress elsewhere: look again
+                raise
+            self.resumed_from = checkpoint
+            self.last_saved = checkpoint
+            self.last_step = checkpoint.step
+            return state, checkpoint.step
+        return None  # pragma: no cover - the loop returns or raises
 
     # -- the termination report -------------------------------------------------------------------
     def report(self, *, status: str = "completed", metrics: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -259,10 +634,12 @@ class CheckpointManager:
             "step": self.last_step,
             "last_checkpoint": str(self.last_saved.path) if self.last_saved else None,
             "metrics": {**self.last_metrics, **(metrics or {})},
-            "attempt": os.environ.get(ENV_ATTEMPT, "1"),
+            "attempt": str(self._ordinal),
         }
         if self.resumed_from is not None:
             report["resumed_from_step"] = self.resumed_from.step
+        if self.fenced_by is not None:
+            report["fenced_by"] = str(self.fenced_by)
         return report
 
     def write_report(

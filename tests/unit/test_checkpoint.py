@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from kubetrain import checkpoint
-from kubetrain.checkpoint import CheckpointManager
+from kubetrain.checkpoint import (
+    EXIT_FENCED,
+    STALE_SECONDS,
+    CheckpointManager,
+    Entry,
+    FencedOff,
+    plan_cleanup,
+    read_fence,
+)
 from tests.docs_commands import python_blocks
 
 
@@ -87,6 +95,291 @@ def test_a_directory_without_its_marker_is_ignored(tmp_path: Path) -> None:
     torn.mkdir()
     (torn / "state.bin").write_bytes(b"half")
     assert ckpt.latest().step == 1  # type: ignore[union-attr]
+
+
+# -- overwriting a step: a crash anywhere keeps the step ------------------------------------------
+IO_STEPS = ("_write", "_fsync_dir", "_rename", "_unlink", "_rmtree")
+
+
+class Crash(BaseException):
+    """The process died here: nothing after this point runs, not even clean-up handlers."""
+
+
+class Injector:
+    """Wraps every file-system step of kubetrain.checkpoint: counts them, runs hooks, or dies at one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, crash_at: int | None = None) -> None:
+        self.calls = 0
+        self.crash_at = crash_at
+        self.dead = False
+        self.hooks: dict[int, Any] = {}
+        for name in IO_STEPS:
+            monkeypatch.setattr(checkpoint, name, self._wrap(getattr(checkpoint, name)))
+
+    def _wrap(self, real: Any) -> Any:
+        def step(*args: Any) -> Any:
+            if self.dead or self.calls == self.crash_at:
+                self.dead = True
+                raise Crash(f"died before {real.__name__}{args}")
+            hook = self.hooks.pop(self.calls, None)
+            self.calls += 1
+            if hook is not None:
+                hook()
+            return real(*args)
+
+        return step
+
+
+def overwrite_setup(directory: Path, attempt: int | None) -> CheckpointManager:
+    ckpt = CheckpointManager(directory, rank=0, attempt=attempt, keep=5)
+    ckpt.save(b"four", 4)
+    ckpt.save(b"old", 5)
+    return ckpt
+
+
+@pytest.mark.parametrize("attempt", [None, 1])
+def test_an_overwrite_crashing_at_any_point_keeps_the_step(
+    tmp_path: Path, attempt: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:  # count the file-system steps of an overwrite
+        counter = Injector(patched)
+        ckpt = overwrite_setup(tmp_path / "count", attempt)
+        setup_calls = counter.calls
+        ckpt.save(b"new", 5)
+        points = counter.calls - setup_calls
+    assert points >= 8, "writes, syncs, the move aside, the rename into place, the clean-up"
+
+    seen = []
+    for crash_at in range(points):
+        directory = tmp_path / f"crash-{crash_at}"
+        ckpt = overwrite_setup(directory, attempt)
+        with monkeypatch.context() as patched:
+            Injector(patched, crash_at=crash_at)
+            with pytest.raises(Crash):
+                ckpt.save(b"new", 5)
+        # The next process of this job (the same attempt restarted, or the next one) looks.
+        after = CheckpointManager(directory, rank=0, attempt=attempt, keep=5)
+        latest = after.latest()
+        assert latest is not None and latest.step == 5, f"step 5 lost by a crash at I/O step {crash_at}"
+        seen.append(after.load(latest))
+        # Its next save cleans up whatever the crash left (temporary dirs: once stale).
+        for leftover in directory.glob(".tmp-*"):
+            os.utime(leftover, (0, 0))
+        after.save(b"six", 6)
+        assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
+        assert after.load(next(c for c in after.checkpoints() if c.step == 5)) == seen[-1]
+    assert set(seen) == {b"old", b"new"}
+    first_new = seen.index(b"new")
+    assert seen[first_new:] == [b"new"] * (points - first_new), "once published, the new one stays"
+
+
+def test_a_crash_between_the_renames_of_an_older_version_is_recovered(tmp_path: Path) -> None:
+    # What a crash between the two renames left behind (also under earlier versions): the step
+    # exists only as the copy moved aside. It is found, and cleaned up once the step is saved again.
+    ckpt = CheckpointManager(tmp_path, rank=0)
+    ckpt.save(b"four", 4)
+    ckpt.save(b"five", 5)
+    (tmp_path / "step-00000005").rename(tmp_path / ".trash-step-00000005-0123abcd")
+    assert ckpt.load_latest() == (b"five", 5)
+    ckpt.save(b"five again", 5)
+    assert ckpt.load_latest() == (b"five again", 5)
+    assert not list(tmp_path.glob(".trash-*"))
+
+
+# -- the fence ---------------------------------------------------------------------------------
+def test_an_older_attempt_is_fenced_off_once_a_newer_one_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = CheckpointManager(tmp_path, rank=0, attempt=1)
+    first.save(b"first", 10)
+    second = CheckpointManager(tmp_path, rank=0, attempt=2)
+    assert second.load_latest() == (b"first", 10)  # touching the directory records attempt 2
+    assert read_fence(tmp_path) == 2
+
+    with pytest.raises(FencedOff) as fenced:
+        first.save(b"late", 20)
+    assert (fenced.value.code, fenced.value.attempt, fenced.value.fence) == (EXIT_FENCED, 1, 2)
+    assert not isinstance(fenced.value, Exception), "a broad `except Exception` must not swallow it"
+    message = capsys.readouterr().err
+    assert "attempt 1 is fenced off" in message and "attempt 2 has started" in message
+    assert f"code {EXIT_FENCED}" in message and "step 20" in message
+    assert [c.step for c in second.checkpoints()] == [10]
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_an_attempt_older_than_the_fence_is_refused_at_its_start(tmp_path: Path) -> None:
+    CheckpointManager(tmp_path, rank=0, attempt=3).start()
+    with pytest.raises(FencedOff):
+        CheckpointManager(tmp_path, rank=0, attempt=2).latest()
+    assert read_fence(tmp_path) == 3, "the fence never moves down"
+    CheckpointManager(tmp_path, rank=0, attempt=3).save(b"x", 1)  # the same attempt again: fine
+    assert CheckpointManager(tmp_path, rank=1, attempt=1).latest() is not None, "other ranks only read"
+
+
+def test_attempts_starting_together_leave_the_highest_as_the_fence(tmp_path: Path) -> None:
+    # Each start adds a name; none replaces another, so whatever the interleaving the maximum wins.
+    starters = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from kubetrain.checkpoint import CheckpointManager as M\n"
+                "try: M(sys.argv[1], rank=0, attempt=int(sys.argv[2])).start()\n"
+                "except SystemExit: pass",
+                str(tmp_path),
+                str(attempt),
+            ]
+        )
+        for attempt in (4, 2, 5, 3, 1)
+    ]
+    assert [p.wait(30) for p in starters] == [0] * 5
+    assert read_fence(tmp_path) == 5
+    with pytest.raises(FencedOff):
+        CheckpointManager(tmp_path, rank=0, attempt=4).save(b"x", 1)
+
+
+def test_an_overwrite_never_replaces_a_newer_attempts_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Attempt 1 has not seen the fence move (the check raced with attempt 2's start); what it
+    # moves aside is checked after the move, and a newer attempt's checkpoint is put back.
+    older = CheckpointManager(tmp_path, rank=0, attempt=1)
+    older.save(b"older", 5)
+    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    newer.save(b"newer", 5)
+    monkeypatch.setattr(checkpoint, "read_fence", lambda directory: 1)
+    with pytest.raises(FencedOff) as fenced:
+        older.save(b"older again", 5)
+    assert fenced.value.fence == 2
+    monkeypatch.undo()
+    assert newer.load_latest() == (b"newer", 5)
+    assert [c.attempt for c in newer.checkpoints()] == [2]
+
+
+def test_a_newer_attempt_starting_mid_save_fences_the_older_one_before_it_publishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = CheckpointManager(tmp_path, rank=0, attempt=1)
+    older.save(b"older", 5)
+    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    injector = Injector(monkeypatch)
+    injector.hooks[injector.calls] = newer.start  # while attempt 1 writes its state file
+    with pytest.raises(FencedOff):
+        older.save(b"older", 6)
+    monkeypatch.undo()
+    assert [c.step for c in newer.checkpoints()] == [5]
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_newer_attempts_clean_up_under_an_older_save_ends_it_fenced_not_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Attempt 2 saves (and cleans up) while attempt 1 is writing: attempt 1's temporary directory
+    # goes, its next write fails, and the failure is reported as what it is.
+    older = CheckpointManager(tmp_path, rank=0, attempt=1)
+    older.save(b"older", 5)
+    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    injector = Injector(monkeypatch)
+    injector.hooks[injector.calls + 1] = lambda: newer.save(b"newer", 6)  # after the state file
+    with pytest.raises(FencedOff):
+        older.save(b"older", 6)
+    monkeypatch.undo()
+    assert newer.load_latest() == (b"newer", 6)
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_latest_is_the_newest_attempts_even_at_a_lower_step(tmp_path: Path) -> None:
+    CheckpointManager(tmp_path, rank=0, attempt=1).save(b"first try", 100)
+    rewound = CheckpointManager(tmp_path, rank=0, attempt=2)
+    rewound.save(b"second try", 40)  # attempt 2 started over (or from an earlier checkpoint)
+    assert rewound.load_latest() == (b"second try", 40)
+
+
+def test_without_an_attempt_nothing_is_fenced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBETRAIN_ATTEMPT", raising=False)
+    local = CheckpointManager(tmp_path / "fresh", rank=0)
+    local.save(b"x", 1)
+    assert not (tmp_path / "fresh" / ".fence").exists()
+    CheckpointManager(tmp_path / "fenced", rank=0, attempt=7).start()
+    assert CheckpointManager(tmp_path / "fenced", rank=0).save(b"y", 1) is not None
+
+
+def test_the_attempt_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_ATTEMPT", "3")
+    ckpt = CheckpointManager(tmp_path, rank=0)
+    ckpt.save(b"x", 1)
+    assert (ckpt.attempt, read_fence(tmp_path), ckpt.latest().attempt) == (3, 3, 3)  # type: ignore[union-attr]
+    monkeypatch.setenv("KUBETRAIN_ATTEMPT", "third")
+    with pytest.raises(ValueError, match="KUBETRAIN_ATTEMPT must be a positive integer"):
+        CheckpointManager(tmp_path)
+
+
+def test_a_fenced_attempt_says_so_in_its_report(tmp_path: Path) -> None:
+    first = CheckpointManager(tmp_path, rank=0, attempt=1)
+    first.save(b"x", 10)
+    CheckpointManager(tmp_path, rank=0, attempt=2).start()
+    with pytest.raises(FencedOff):
+        first.save(b"x", 20)
+    report = first.report(status="fenced")
+    assert (report["attempt"], report["fenced_by"], report["step"]) == ("1", "2", 20)
+    # (An uncaught one writes it by itself: tests/e2e/test_checkpoint_fencing.py.)
+
+
+# -- retention and clean-up --------------------------------------------------------------------
+def test_retention_never_deletes_a_newer_attempts_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newer = CheckpointManager(tmp_path, rank=0, attempt=2, keep=5)
+    for step in (10, 20, 30):
+        newer.save(b"newer", step)
+    monkeypatch.delenv("KUBETRAIN_ATTEMPT", raising=False)
+    local = CheckpointManager(tmp_path, rank=0, keep=1)  # no fence, counts as attempt 1
+    local.save(b"local", 40)
+    assert [(c.attempt, c.step) for c in local.checkpoints()] == [(1, 40), (2, 10), (2, 20), (2, 30)]
+
+
+def entry(name: str, kind: str, step: int, **fields: Any) -> Entry:
+    meta = {"step": step, "attempt": fields.pop("meta_attempt")} if "meta_attempt" in fields else None
+    return Entry(Path(name), kind, step, complete=meta is not None, meta=meta, **fields)
+
+
+def test_the_clean_up_plan() -> None:
+    entries = [
+        entry("step-1", "step", 1, meta_attempt=1, attempt=1),
+        entry("step-2", "step", 2, meta_attempt=1, attempt=1),
+        entry("step-3", "step", 3, meta_attempt=2, attempt=2),
+        entry("step-4", "step", 4, meta_attempt=3, attempt=3),  # a newer attempt's
+        entry(".trash-step-2-a", "trash", 2, meta_attempt=1, attempt=1),  # superseded
+        entry(".trash-step-3-b", "trash", 3, attempt=None),  # half deleted
+        entry(".trash-step-5-c", "trash", 5, meta_attempt=2, attempt=2),  # the only copy of step 5
+        entry(".tmp-step-6-a1-x", "tmp", 6, attempt=1, token="x"),  # an older attempt's save
+        entry(".tmp-step-6-a2-y", "tmp", 6, attempt=2, token="y"),  # this attempt's, maybe live
+        entry(".tmp-step-6-a2-z", "tmp", 6, attempt=2, token="z", age=STALE_SECONDS + 1),  # dead
+        entry(".tmp-step-6-a2-me", "tmp", 6, attempt=2, token="me"),  # this manager's own leftover
+        entry(".tmp-step-6-a3-w", "tmp", 6, attempt=3, token="w", age=STALE_SECONDS + 1),  # newer
+        entry("step-0", "step", 0),  # half deleted, older than everything kept
+        entry("step-00", "step", 0, foreign=True),  # not ours: files save() never writes
+    ]
+    plan = plan_cleanup(entries, keep=2, attempt=2, fencing=True, own_token="me")
+    assert plan.restore == [(Path(".trash-step-5-c"), Path("step-00000005"))]
+    assert sorted(str(p) for p in plan.discard) == [
+        ".tmp-step-6-a1-x",
+        ".tmp-step-6-a2-me",
+        ".tmp-step-6-a2-z",
+        ".trash-step-2-a",
+        ".trash-step-3-b",
+        "step-0",
+        "step-1",
+        "step-2",
+        "step-3",
+    ]
+    # Without fencing, an older attempt's temporary directory waits until it is stale like any other.
+    unfenced = plan_cleanup(entries, keep=2, attempt=2, fencing=False, own_token="me")
+    assert Path(".tmp-step-6-a1-x") not in unfenced.discard
+    # Retention keeps the newest (attempt, step) and never what was just saved.
+    plan = plan_cleanup(entries, keep=1, attempt=3, fencing=True, own_token="me", protect=Path("step-3"))
+    assert Path("step-4") not in plan.discard and Path("step-3") not in plan.discard
+    assert Path(".trash-step-5-c") in plan.discard
 
 
 KILLER = """
