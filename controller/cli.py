@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from typing import Annotated
@@ -37,6 +38,15 @@ def run_command(
     leader_election_namespace: Annotated[
         str, typer.Option(help="Namespace of the Lease.")
     ] = "kubetrain-system",
+    leader_election_lease_duration: Annotated[
+        float, typer.Option(help="Seconds a follower waits, from when it saw the last renew, to take over.")
+    ] = 15.0,
+    leader_election_renew_deadline: Annotated[
+        float, typer.Option(help="Seconds the leader may go without a successful renew before it exits.")
+    ] = 10.0,
+    leader_election_retry_period: Annotated[
+        float, typer.Option(help="Seconds between tries to acquire or renew the Lease.")
+    ] = 2.0,
     metrics_bind_address: Annotated[str, typer.Option(help="Serve /metrics here ('0' disables).")] = ":8080",
     health_probe_bind_address: Annotated[
         str, typer.Option(help="Serve /healthz and /readyz here ('0' disables).")
@@ -70,6 +80,7 @@ def run_command(
     """Reconcile Kubeflow training jobs into pods until SIGTERM."""
     # Until the event loop takes over SIGTERM, it means "exit cleanly": nothing has started yet.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from kubetrain.controller.kube.leader import LeadershipLostError
     from kubetrain.controller.main import Options, configure_logging, run
     from kubetrain.controller.runtimes import registry
 
@@ -95,6 +106,9 @@ def run_command(
         leader_elect=leader_elect,
         leader_election_id=leader_election_id,
         leader_election_namespace=leader_election_namespace,
+        leader_election_lease_duration=leader_election_lease_duration,
+        leader_election_renew_deadline=leader_election_renew_deadline,
+        leader_election_retry_period=leader_election_retry_period,
         metrics_bind_address=metrics_bind_address,
         health_probe_bind_address=health_probe_bind_address,
         gang_scheduler_name=gang_scheduler_name,
@@ -106,5 +120,17 @@ def run_command(
         log_format=log_format,
         log_level=log_level,
     )
+    try:
+        options.leader_timings()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--leader-election-*") from None
     configure_logging(options)
-    asyncio.run(run(options))
+    # Whatever ends the run early exits 1, so Kubernetes restarts the replica (as a follower).
+    try:
+        asyncio.run(run(options))
+    except LeadershipLostError as exc:
+        logging.getLogger("kubetrain.controller").error("exiting: lost the leader lease: %s", exc)
+        sys.exit(1)
+    except Exception as exc:
+        logging.getLogger("kubetrain.controller").error("exiting: %s", exc, exc_info=exc)
+        sys.exit(1)

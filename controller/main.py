@@ -6,7 +6,9 @@ job through the controller owner reference, so a pod event enqueues exactly
 its job. Metrics and health probes are served from the start; the workers only
 start once this replica leads (with ``--leader-elect``) and the caches have
 synced. SIGTERM stops taking new keys, lets in-flight reconciles finish,
-flushes queued events and exits 0.
+flushes queued events, releases the leader Lease and exits 0. A start that
+fails or a Lease that is lost ends the run with an error (exit 1), never a
+replica that looks healthy and does nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class Options:
     leader_elect: bool = False
     leader_election_id: str = "kubetrain-controller"
     leader_election_namespace: str = "kubetrain-system"
+    leader_election_lease_duration: float = 15.0
+    leader_election_renew_deadline: float = 10.0
+    leader_election_retry_period: float = 2.0
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     gang_scheduler_name: str = ""
@@ -94,6 +99,14 @@ class Options:
             )
         gang = GangScheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
         return Settings(managed_by=managed, gang=gang, extra_plugins=tuple(plugins))
+
+    def leader_timings(self) -> leader.Timings:
+        """The leader-election timings (raises ValueError unless retry < renew deadline < lease)."""
+        return leader.Timings(
+            lease_duration=self.leader_election_lease_duration,
+            renew_deadline=self.leader_election_renew_deadline,
+            retry_period=self.leader_election_retry_period,
+        )
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -292,9 +305,20 @@ def configure_logging(options: Options) -> None:
     root.setLevel(options.log_level.upper())
 
 
+class StartError(Exception):
+    """The controller could not start (a missing prerequisite it reported and gave up on)."""
+
+
 async def run(options: Options, *, stop: asyncio.Event | None = None) -> None:
-    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives)."""
+    """Run until ``stop`` is set (or SIGTERM/SIGINT arrives).
+
+    Raises when the controller cannot go on, so the command exits 1 and Kubernetes restarts it:
+    when starting fails (an API error, a missing prerequisite) and, with ``--leader-elect``, when the
+    Lease is lost (``leader.LeadershipLostError``). Either way the manager is stopped first, and a Lease
+    still held is released (also on a clean stop) so a follower takes over at once.
+    """
     options.settings()  # validate flags before touching the cluster
+    timings = options.leader_timings()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -305,35 +329,77 @@ async def run(options: Options, *, stop: asyncio.Event | None = None) -> None:
     )
     manager = Manager(kube, options)
     endpoints = await serve_endpoints(options, manager.ready.is_set)
-    lead: Callable[[], Awaitable[None]] = manager.start
+    elector: leader.LeaderElector | None = None
     try:
-        if options.leader_elect:
-
-            async def lead_until_stopped() -> None:
-                await manager.start()
-                await stop.wait()
-
-            election = asyncio.create_task(
-                leader.run_as_leader(
-                    kube,
-                    name=options.leader_election_id,
-                    namespace=options.leader_election_namespace,
-                    lead=lead_until_stopped,
-                )
-            )
-            stopper = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({election, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if election in done:
-                election.result()
-            election.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await election
-        else:
-            await lead()
-            await stop.wait()
+        if not options.leader_elect:
+            await supervise(manager, stop, None)
+            return
+        elector = await leader.connect(
+            options.kubeconfig,
+            name=options.leader_election_id,
+            namespace=options.leader_election_namespace,
+            timings=timings,
+        )
+        kube.write_guard = elector.fence
+        if not await _unless_stopped(elector.acquire(), stop):
+            return
+        async with leader.leadership(elector):
+            await supervise(manager, stop, elector)
     finally:
-        log.info("shutting down: finishing in-flight reconciles")
-        await manager.stop()
+        if elector is not None:
+            await elector.close()
         for runner in endpoints:
             await runner.cleanup()
         await kube.close()
+
+
+async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await ``work`` unless ``stop`` comes first (then cancel it); True when ``work`` finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (task, stopped):
+            waiting.cancel()
+        await asyncio.gather(task, stopped, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # raises what ``work`` raised
+    return True
+
+
+async def supervise(manager: Manager, stop: asyncio.Event, elector: leader.LeaderElector | None) -> None:
+    """Start the manager and run it until ``stop``; stop it on the way out, whatever happened.
+
+    This is the supervision the leading work needs: a start that raises, or a Lease lost while
+    starting or running, ends the run with that error instead of leaving a replica that holds the
+    Lease (or looks healthy) and reconciles nothing.
+    """
+    starting = asyncio.create_task(_start(manager), name="manager-start")
+    watched: set[asyncio.Future[Any]] = {starting, asyncio.create_task(stop.wait())}
+    if elector is not None:
+        watched.add(asyncio.create_task(elector.lost.wait()))
+    try:
+        while True:
+            if elector is not None and elector.lost.is_set():
+                raise leader.LeadershipLostError(elector.lost_reason)
+            if stop.is_set():
+                return
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if starting in done:
+                starting.result()  # raises what start raised
+                watched.discard(starting)
+    finally:
+        for task in watched:
+            task.cancel()
+        await asyncio.gather(*watched, return_exceptions=True)
+        log.info("shutting down: finishing in-flight reconciles")
+        await manager.stop()
+
+
+async def _start(manager: Manager) -> None:
+    try:
+        await manager.start()
+    except SystemExit as exc:  # a prerequisite check gave up; an exception a task can carry
+        raise StartError(str(exc.code)) from None

@@ -6,8 +6,9 @@ The whole retry policy lives here (controller-runtime's ``reconcileHandler``):
   looked at again in ``s`` seconds (deadlines, TTLs, expectation expiry);
 * one that raises ``TerminalError`` is logged and counted but not retried;
 * one that raises ``RetryLaterError`` (waiting on something outside the controller,
-  such as an earlier object of the same name being deleted) or an API error is
-  logged as a warning and retried with rate-limited backoff;
+  such as an earlier object of the same name being deleted), an API error, or a
+  write refused because this replica may no longer lead (the process is about
+  to exit) is logged as a warning and retried with rate-limited backoff;
 * one that raises anything else is a bug: logged with its traceback, counted as
   a panic, and retried with rate-limited backoff.
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from kubetrain.controller import metrics
 from kubetrain.controller.core.workqueue import ShutDownError, WorkQueue
+from kubetrain.controller.kube.client import WriteFencedError
 from kubetrain.controller.kube.errors import APIError
 
 log = logging.getLogger(__name__)
@@ -125,4 +127,4 @@ class Runner:
 
 
 def _is_expected_error(exc: Exception) -> bool:
-    return isinstance(exc, APIError | RetryLaterError)
+    return isinstance(exc, APIError | RetryLaterError | WriteFencedError)

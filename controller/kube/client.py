@@ -11,7 +11,14 @@ request rate, and a controller that bursts thousands of creates at startup is
 what API Priority and Fairness then throttles for everyone. ``--kube-api-qps``
 and ``--kube-api-burst`` bound it here, as client-go does for Go controllers.
 Server-side throttling (429) and transient 5xx answers are retried with
-``Retry-After`` honoured.
+``Retry-After`` honoured, unless a call asks for a single attempt (``retries=0``,
+as the lease calls of leader election do: a hidden retry would outlast the
+renew deadline that bounds them).
+
+Why a write guard: with leader election, a replica that was frozen (SIGSTOP,
+a long pause) may resume after another replica took over. The guard, consulted
+before every mutating request leaves the process, refuses it then with
+``WriteFencedError`` (see ``leader.LeaderElector.fence``).
 """
 
 from __future__ import annotations
@@ -36,6 +43,19 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 RETRIES = 5
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+WriteGuard = Callable[[], str | None]
+
+
+class WriteFencedError(Exception):
+    """A write the client's guard refused before it was sent (this replica may no longer lead)."""
+
+    def __init__(self, reason: str, *, method: str, path: str) -> None:
+        self.reason = reason
+        self.method = method
+        self.path = path
+        super().__init__(f"{method} {path}: refused: {reason}")
 
 
 class TokenBucket:
@@ -67,11 +87,16 @@ class TokenBucket:
 
 
 class KubeClient:
-    """Raw-JSON verbs over one authenticated session."""
+    """Raw-JSON verbs over one authenticated session.
+
+    ``write_guard``, when set, is asked before every POST, PUT, PATCH and DELETE (each retry included):
+    it returns None to let the request go, or the reason to refuse it with ``WriteFencedError``.
+    """
 
     def __init__(self, api: k8s_client.ApiClient, *, qps: float = 0, burst: int = 0) -> None:
         self.api = api
         self.limiter = TokenBucket(qps, burst)
+        self.write_guard: WriteGuard | None = None
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, *, qps: float = 0, burst: int = 0) -> KubeClient:
@@ -99,6 +124,7 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = 60,
+        retries: int = RETRIES,
         resource: str = "",
     ) -> aiohttp.ClientResponse:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
@@ -107,8 +133,12 @@ class KubeClient:
             for k, v in (query or {}).items()
             if v is not None
         ]
-        for attempt in range(RETRIES + 1):
+        for attempt in range(retries + 1):
             await self.limiter.acquire()
+            if method in MUTATING and self.write_guard is not None:
+                refused = self.write_guard()  # checked after any wait for the rate limiter
+                if refused is not None:
+                    raise WriteFencedError(refused, method=method, path=path)
             started = time.monotonic()
             try:
                 response: aiohttp.ClientResponse = await self.api.call_api(
@@ -123,8 +153,9 @@ class KubeClient:
                 )
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 metrics.api_requests.labels(method, resource, "error").inc()
-                if attempt == RETRIES:
-                    raise errors.APIServerError(0, str(exc), method=method, path=path) from exc
+                if attempt == retries:
+                    reason = str(exc) or type(exc).__name__  # a timeout says nothing by itself
+                    raise errors.APIServerError(0, reason, method=method, path=path) from exc
                 await asyncio.sleep(min(0.2 * 2**attempt, 5))
                 continue
             metrics.api_request_time.labels(method, resource).observe(time.monotonic() - started)
@@ -135,7 +166,7 @@ class KubeClient:
             response.release()
             error = errors.for_status(response.status, raw, method=method, path=path)
             retryable = response.status == 429 or response.status >= 500
-            if not retryable or attempt == RETRIES:
+            if not retryable or attempt == retries:
                 raise error
             retry_after = response.headers.get("Retry-After", "")
             delay = float(retry_after) if retry_after.isdigit() else min(0.2 * 2**attempt, 5)
