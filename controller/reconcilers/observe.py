@@ -11,7 +11,10 @@ Failure semantics (docs/job-lifecycle.md):
 * a container the kubelet restarted in place raised ``restartCount``: one
   restart per increment;
 * any other Failed pod (``Never``, or ``ExitCode`` with a code from 1 to 127)
-  fails the job.
+  fails the job;
+* a container that exited with ``kubetrain.checkpoint``'s fenced-off code (a
+  newer attempt of the job owns the checkpoint directory) fails the job at
+  once, whatever the restart policy: restarting it could only be refused again.
 
 Every restart counts against ``runPolicy.backoffLimit``, whatever the policy.
 """
@@ -22,9 +25,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.checkpoint import EXIT_FENCED
 from kubetrain.controller.reconcilers.children import replica_of
 from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodsByReplica, ReplicaCounts
 
+FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off
 NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)
 
 
@@ -36,6 +41,7 @@ class Observation:
     counts: dict[str, ReplicaCounts] = field(default_factory=dict)
     to_restart: list[tuple[str, Obj]] = field(default_factory=list)
     permanent_failures: list[tuple[str, Obj, int]] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)  # names of pods fenced off their checkpoint dir
     out_of_range: list[Obj] = field(default_factory=list)
     terminating: set[tuple[str, int]] = field(default_factory=set)
     pod_failures: dict[str, int] = field(default_factory=dict)  # uid -> restarts of the pod so far
@@ -51,6 +57,27 @@ def exit_code(pod: Obj, container_name: str) -> int:
         if terminated is not None:
             return int(terminated.get("exitCode", NO_EXIT_CODE))
     return NO_EXIT_CODE
+
+
+def fenced_off(pod: Obj) -> bool:
+    """Whether a container of the pod exited as fenced off its checkpoint directory (now or before
+    an in-place restart)."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        for state in (status.get("state"), status.get("lastState")):
+            if ((state or {}).get("terminated") or {}).get("exitCode") == EXIT_FENCED:
+                return True
+    return False
+
+
+def fenced_failure(kind: str, name: str, pods: list[str]) -> tuple[str, str] | None:
+    """The (reason, message) of a job whose pods a newer attempt fenced off its checkpoint directory."""
+    if not pods:
+        return None
+    return (
+        FENCED,
+        f"{kind} {name} has failed because a newer attempt of the job owns its checkpoint directory: "
+        f"{', '.join(pods)} exited with code {EXIT_FENCED} (fenced off)",
+    )
 
 
 def restart_count(pod: Obj) -> int:
@@ -107,6 +134,8 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             result.out_of_range.append(pod)
             continue
         result.pods[(rtype, index)] = pod
+        if fenced_off(pod):
+            result.fenced.append(pod["metadata"]["name"])
         failures = restart_count(pod)
         phase = pod.get("status", {}).get("phase")
         counts = by_type.setdefault(rtype, {"active": 0, "succeeded": 0, "failed": 0})

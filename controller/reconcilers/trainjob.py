@@ -59,7 +59,7 @@ from kubetrain.controller.kube.resources import (
     Resource,
 )
 from kubetrain.controller.reconcilers import handlers, jobset
-from kubetrain.controller.reconcilers.observe import termination_report
+from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
@@ -85,7 +85,8 @@ CREATED = "Created"  # only while the runtime is missing: upstream TrainJobs hav
 RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 BUILD_ERROR = "BuildError"
 RUNTIME_MISSING_RETRY = 10.0
-REJECTED_PASSES = 3  # passes in a row whose pod creates the API server rejects as invalid before failing
+# Passes in a row whose pod creates the API server rejects as invalid before the TrainJob fails.
+REJECTED_PASSES = 3
 UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -327,6 +328,19 @@ class TrainJobReconciler:
         status["jobsStatus"] = jobset.jobs_status(info, obs)
         status["jobFailures"] = obs.job_failures
         status["countedPodRestarts"] = obs.counted
+        fenced = fenced_failure(
+            "TrainJob",
+            info.name,
+            [
+                p["metadata"]["name"]
+                for j in obs.jobs
+                for p in [*j.live.values(), *(f for fs in j.failed_pods.values() for f in fs)]
+                if fenced_off(p)
+            ],
+        )
+        if fenced is not None:
+            await self._finish(ctx, info, False, *fenced)
+            return self._ttl_result(ctx)
         failed = next((j for j in obs.jobs if j.failed), None)
         if failed is not None:
             decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))

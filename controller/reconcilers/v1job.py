@@ -51,7 +51,7 @@ from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers, restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
-from kubetrain.controller.reconcilers.observe import Observation, observe
+from kubetrain.controller.reconcilers.observe import Observation, fenced_failure, observe
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
@@ -77,9 +77,8 @@ log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"
 COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
-REJECTED_PASSES = (
-    3  # passes in a row whose pod creates the API server rejects as invalid before the job fails
-)
+# Passes in a row whose pod creates the API server rejects as invalid before the job fails.
+REJECTED_PASSES = 3
 UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -263,7 +262,13 @@ class V1JobReconciler:
         status.setdefault("startTime", ctx.stamp)
 
         succeeded = self.framework.succeeded(info, obs.counts, obs.pods)
-        failure = None if succeeded else self._limit_exceeded(ctx) or self._permanent_failure(info, obs)
+        failure = (
+            None
+            if succeeded
+            else fenced_failure(kind, info.name, obs.fenced)
+            or self._limit_exceeded(ctx)
+            or self._permanent_failure(info, obs)
+        )
         if failure is not None:
             await self._finish(ctx, succeeded=False, reason=failure[0], message=failure[1])
             return self._ttl_result(ctx)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubetrain.controller.reconcilers.children import build_pod
-from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, is_retryable, observe
+from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, fenced_failure, is_retryable, observe
 from kubetrain.controller.runtimes import registry
 from kubetrain.controller.runtimes.framework import JobInfo, job_info
 from kubetrain.controller.runtimes.gang import GangScheduler
@@ -128,3 +128,14 @@ def test_native_pod_group_counts_every_replica() -> None:
     group = GangScheduler("kubernetes").pod_group(info)
     assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2"
     assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+
+
+def test_a_container_fenced_off_its_checkpoint_dir_fails_the_job_whatever_the_policy() -> None:
+    info = _info("OnFailure", workers=1)
+    restarted = _pod(info, "Worker", 0, "Running", restarts=1)
+    restarted["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 86}}
+    obs = observe(info, [_pod(info, "Master", 0, "Running"), restarted])
+    assert obs.fenced == ["j-worker-0"]
+    reason, message = fenced_failure("PyTorchJob", "j", obs.fenced) or ("", "")
+    assert reason == "Fenced" and "j-worker-0 exited with code 86" in message
+    assert observe(info, [_pod(info, "Worker", 0, "Failed", code=1)]).fenced == []
