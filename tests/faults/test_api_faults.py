@@ -1,0 +1,185 @@
+"""One fault at a time, where it hurts most: the write that matters fails, and the job still ends right.
+
+Each test puts the fault proxy between the controller and the API server and fails one specific call
+(the terminal status write, a pod's DELETE, a pod's create) the way a real cluster does now and then.
+The verdicts come from what the API server saw: the pods that were created, the status written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from kubetrain.devcluster import faultproxy
+from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from tests.faults.support import PodHistory, v1job
+from tests.support import HANG, ControllerHandle, Jobs, eventually, pytorchjob, runs_for
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+StartController = Callable[..., Awaitable[ControllerHandle]]
+
+
+@pytest.fixture
+async def proxied_controller(proxied_kubeconfig: Path, namespace: str) -> AsyncIterator[StartController]:
+    """Start an in-process controller for the test's namespace that talks through the fault proxy."""
+    handles: list[ControllerHandle] = []
+
+    async def start(**overrides: Any) -> ControllerHandle:
+        handle = ControllerHandle(proxied_kubeconfig, namespace=namespace, **overrides)
+        await handle.start()
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        await handle.stop()
+
+
+@pytest.fixture
+async def history(core: client.CoreV1Api, namespace: str) -> AsyncIterator[PodHistory]:
+    recorder = PodHistory(core, namespace)
+    await recorder.start()
+    yield recorder
+    await recorder.stop()
+
+
+async def test_a_conflict_on_the_terminal_status_write_never_recreates_the_pods(
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs, history: PodHistory
+) -> None:
+    conflict = fault_proxy.add(
+        Rule(
+            faultproxy.respond(409, reason="Conflict", message="injected: the object has been modified"),
+            method="PATCH",
+            path=r"/pytorchjobs/done/status$",
+            body="Succeeded",
+            times=1,
+        )
+    )
+    await proxied_controller()
+    await jobs.create(
+        pytorchjob(
+            "done",
+            workers=2,
+            master_annotations=runs_for("2s"),
+            worker_annotations=runs_for("2s"),
+            run_policy={"cleanPodPolicy": "All"},
+        )
+    )
+    await jobs.wait_condition("done", "Succeeded", timeout=60)
+    assert conflict.fired == 1
+
+    async def cleaned_up() -> bool:
+        return not [p for p in await jobs.pods("done") if not p.metadata.deletion_timestamp]
+
+    await eventually(cleaned_up, what="cleanPodPolicy All to delete the pods")
+    await asyncio.sleep(2)  # a recreation would come within a pass or two
+    created = history.slot_creations("done")
+    assert created and all(count == 1 for count in created.values()), f"pods created again: {created}"
+
+
+async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restart_twice(
+    fault_proxy: FaultProxy,
+    proxied_controller: StartController,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    history: PodHistory,
+) -> None:
+    # Every try of the first DELETE of the failed worker gets a 503 (the client retries five times).
+    unavailable = fault_proxy.add(
+        Rule(faultproxy.respond(503), method="DELETE", path=r"/pods/flaky-worker-0$", times=6)
+    )
+    await proxied_controller()
+    await jobs.create(
+        pytorchjob(
+            "flaky",
+            workers=1,
+            restart_policy="ExitCode",
+            master_annotations=HANG,
+            worker_annotations=HANG,
+            run_policy={"backoffLimit": 1},
+        )
+    )
+    [worker] = [p for p in await jobs.wait_pods("flaky", 2, phase="Running") if "worker" in p.metadata.name]
+    # The kubelet reports the worker OOM-killed: exit code 137 recreates it, one restart.
+    await core.patch_namespaced_pod_status(
+        worker.metadata.name,
+        namespace,
+        {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "image": "example.com/train:1",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                    }
+                ],
+            }
+        },
+    )
+
+    async def replaced() -> client.V1Pod | None:
+        pods = [p for p in await jobs.pods("flaky") if p.metadata.name == "flaky-worker-0"]
+        fresh = [p for p in pods if p.metadata.uid != worker.metadata.uid and p.status.phase == "Running"]
+        return fresh[0] if fresh else None
+
+    # Well within the 300 s for which a raised deletion expectation used to freeze the job.
+    await eventually(replaced, timeout=40, what="the failed worker to be replaced")
+    assert unavailable.fired == 6
+    job = await jobs.get("flaky")
+    assert job is not None
+    assert job["status"]["restartCount"] == 1, "the failure is counted once, however often it is seen"
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"]["conditions"])
+    assert history.slot_creations("flaky")[("flaky", "worker", "0")] == 2
+
+
+async def test_a_pytorchjob_and_a_tfjob_of_one_name_do_not_wait_for_each_others_pods(
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs
+) -> None:
+    # The TFJob's pod create hangs: its expectation stays raised while the call is in flight.
+    held = fault_proxy.add(
+        Rule(faultproxy.hang(60), method="POST", path=r"/pods$", body='"kind": "TFJob"', times=1)
+    )
+    await proxied_controller()
+    await jobs.create(v1job("TFJob", "shared", {"Worker": (1, HANG)}))
+    await eventually(lambda: _fired(held), what="the TFJob's pod create to be held")
+    await jobs.create(pytorchjob("shared", workers=0, master_annotations=HANG))
+    # One set of expectations per kind: the PyTorchJob's pass is not held back by the TFJob's create.
+    await jobs.wait_pods("shared", 1, timeout=15)
+    fault_proxy.release()
+
+
+async def _fired(rule: Rule) -> bool:
+    return rule.fired > 0
+
+
+async def test_pods_the_api_server_refuses_cost_one_request_per_pass(
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs
+) -> None:
+    quota = fault_proxy.add(
+        Rule(
+            faultproxy.respond(403, reason="Forbidden", message='pods "x" is forbidden: exceeded quota'),
+            method="POST",
+            path=r"/pods$",
+            body='"name": "wide-',
+        )
+    )
+    await proxied_controller()
+    await jobs.create(pytorchjob("wide", workers=30, master_annotations=HANG, worker_annotations=HANG))
+    await jobs.wait_event("wide", "FailedCreatePod")
+    await asyncio.sleep(5)
+    fault_proxy.remove(quota)
+    passes = quota.fired
+    # Slow start: each pass stops at its first refused create (31 creates a pass without it).
+    assert 1 <= passes <= 20, passes
+    await jobs.wait_pods("wide", 31, timeout=60)
