@@ -244,7 +244,38 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
     _apply_trainer(info)
     _apply_volume_claims(info)
     mlpolicy.apply(info)
+    _check_name_length(info)
     return info
+
+
+def _check_name_length(info: TrainJobInfo) -> None:
+    """Every pod's hostname, ``<trainjob>-<replicated job>-<job index>-<pod index>``, is a DNS label of
+    at most 63 characters (without DNS hostnames, the child Job name ``<trainjob>-<replicated job>-<job
+    index>`` still is, as a label value). The CRD cannot know the runtime's names, so the limit of a
+    TrainJob's name is checked here, and the message gives the longest name this runtime allows."""
+    network = (info.jobset.get("spec") or {}).get("network") or {}
+    hostnames = network.get("enableDNSHostnames", True) is not False
+
+    def longest_child(pod_set: PodSet) -> str:
+        last_job, last_pod = max(pod_set.replicas - 1, 0), max(pod_set.count - 1, 0)
+        if hostnames:
+            return naming.trainjob_hostname(info.name, pod_set.name, last_job, last_pod)
+        return naming.trainjob_job_name(info.name, pod_set.name, last_job)
+
+    longest = max((longest_child(s) for s in info.pod_sets), key=len)
+    if len(longest) <= v2.DNS_LABEL_MAX:
+        return
+    allowed = v2.DNS_LABEL_MAX - (len(longest) - len(info.name))
+    what = "pod hostname" if hostnames else "child Job name"
+    fix = (
+        f"use a name of at most {allowed} characters"
+        if allowed > 0
+        else "its replicated job names leave no room for any name: shorten them in the runtime"
+    )
+    raise BuildError(
+        f"metadata.name is too long for {_runtime_name(info.runtime)}: {what} {longest} would have "
+        f"{len(longest)} characters, more than {v2.DNS_LABEL_MAX}; {fix}"
+    )
 
 
 def _apply_volume_claims(info: TrainJobInfo) -> None:

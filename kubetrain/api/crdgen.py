@@ -33,6 +33,7 @@ class CrdInfo:
     columns: tuple[dict[str, Any], ...] = ()
     scale: dict[str, str] | None = None
     name_rules: tuple[dict[str, str], ...] = ()
+    root_rules: tuple[dict[str, str], ...] = ()  # rules that read metadata.name and spec together
     status: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -94,6 +95,7 @@ def _v1_info(model: type[v1.TrainingJob]) -> CrdInfo:
         columns=(state, *replicas, age, *wide),
         scale=scale,
         name_rules=(v1.NAME_RULE,),
+        root_rules=(v1.service_name_rule(model.replica_field),),
     )
 
 
@@ -123,7 +125,7 @@ def crd_infos() -> list[CrdInfo]:
             v2.VERSION,
             categories=(JOB_CATEGORY,),
             columns=trainjob_columns,
-            name_rules=(name_rule,),
+            name_rules=(name_rule, v2.TRAINJOB_NAME_RULE),
         ),
         CrdInfo(v2.TrainingRuntime, v2.GROUP, v2.VERSION, columns=runtime_columns, status=False),
         CrdInfo(
@@ -209,6 +211,8 @@ def schema_for(info: CrdInfo, expander: k8s_schema.Expander) -> dict[str, Any]:
         },
         "required": ["spec"],
     }
+    if info.root_rules:
+        schema[VALIDATIONS] = list(info.root_rules)
     if "status" in props:
         schema["properties"]["status"] = converter.convert(props["status"])
     return schema

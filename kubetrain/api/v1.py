@@ -25,6 +25,13 @@ MANAGED_BY_KUBETRAIN = "kubetrain.dev/controller"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
 
+# The most pods one replica type may ask for. Large enough for the biggest training clusters run
+# today (thousands of nodes), small enough that one job cannot make the controller hold an unbounded
+# number of pods, services and expectations in memory. docs/crds.md gives the reasoning.
+MAX_REPLICAS: Final = 10_000
+# A Service name is a DNS-1035 label: at most 63 characters.
+DNS_LABEL_MAX: Final = 63
+
 
 class RestartPolicy(StrEnum):
     ALWAYS = "Always"
@@ -104,7 +111,7 @@ _RUN_POLICY_RULES = rules(
 class ReplicaSpec(ApiModel):
     """One replica type: how many pods, their template, how they restart."""
 
-    replicas: int | None = Field(None, ge=0)
+    replicas: int | None = Field(None, ge=0, le=MAX_REPLICAS)
     template: Annotated[
         dict[str, Any], Field(json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodTemplateSpec"))
     ] = Field(default_factory=dict)
@@ -181,6 +188,59 @@ def _replica_rules(path: str, *, kinds: tuple[str, ...], container: str) -> list
     ]
 
 
+def _decides_success(path: str, rtype: str, *, unless: tuple[str, ...] = ()) -> dict[str, str]:
+    """``rtype`` decides when the job succeeds (unless one of ``unless`` is present), so it needs a pod.
+
+    The controller counts a replica type as done when all of its replicas succeeded: with
+    ``replicas: 0`` that is true at once, and the job would be Succeeded without running anything.
+    """
+    guard = "".join(f"has(self.{other}) || " for other in unless)
+    when = f" when there is no {' or '.join(unless)}" if unless else ""
+    return cel(
+        f"{guard}!has(self.{rtype}) || !has(self.{rtype}.replicas) || self.{rtype}.replicas >= 1",
+        f"{path}[{rtype}].replicas must be at least 1{when}: the {rtype} decides when the job succeeds, "
+        "and with no pod the job would succeed without running anything",
+        fieldPath=f".{rtype}.replicas",
+    )
+
+
+def _needs_one_of(path: str, rtypes: tuple[str, ...]) -> dict[str, str]:
+    """At least one of ``rtypes``: without them nothing decides success, and the job would never end."""
+    listed = rtypes[0] if len(rtypes) == 1 else f"{', '.join(rtypes[:-1])} or {rtypes[-1]}"
+    return cel(
+        " || ".join(f"has(self.{rtype})" for rtype in rtypes),
+        f"{path} must have a {listed}: it decides when the job succeeds; add one",
+    )
+
+
+def service_name_rule(replica_field: str) -> dict[str, str]:
+    """A rule at the root of a v1 kind: every child Service name fits in a DNS-1035 label.
+
+    Each replica gets a Service (and a pod hostname) ``<job>-<replica type>-<index>``; the CRD's
+    63-character limit on the job name alone still lets those exceed 63, and the API server would then
+    refuse every Service. The message says how long the name may be for this spec.
+    """
+    specs = f"self.spec.{replica_field}"
+    count = f"{specs}[k].replicas"  # unset means 1; a type with 0 replicas has no Service
+    last_index = f"(has({count}) && {count} > 1 ? {count} - 1 : 0)"
+    suffix = f"(has({count}) && {count} == 0 ? 0 : size(k) + 2 + size(string({last_index})))"
+    longest_name = f"({DNS_LABEL_MAX} - {specs}.map(k, {suffix}).max())"
+    # string(int) in a message is costed as an unbounded string; a list of literals indexed is not.
+    as_text = "[" + ", ".join(f"'{n}'" for n in range(DNS_LABEL_MAX + 1)) + "]"
+    clamped = f"({longest_name} < 0 ? 0 : {longest_name})"
+    return cel(
+        f"!has(self.metadata.name) || {specs}.all(k, size(self.metadata.name) + {suffix} <= {DNS_LABEL_MAX})",
+        f"metadata.name is too long for this job: its Services are named <name>-<replica type>-<index> "
+        f"and a Service name has at most {DNS_LABEL_MAX} characters; use a shorter name",
+        messageExpression=(
+            f"'metadata.name is too long for this job: its Services are named <name>-<replica type>-<index> "
+            f"and a Service name has at most {DNS_LABEL_MAX} characters; use a name of at most ' + "
+            f"{as_text}[{clamped}] + ' characters'"
+        ),
+        fieldPath=".metadata.name",
+    )
+
+
 _NAME_RULE = cel(
     "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
     "metadata.name must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter "
@@ -218,8 +278,8 @@ class RdzvConf(ApiModel):
 class ElasticPolicy(ApiModel):
     """torchrun elastic settings; the controller turns them into PET_* env."""
 
-    min_replicas: int | None = Field(None, ge=1)
-    max_replicas: int | None = Field(None, ge=1)
+    min_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS)
+    max_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS)
     rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] | None = None
     rdzv_port: int | None = Field(None, ge=1, le=65535)
     rdzv_host: str | None = None
@@ -255,6 +315,7 @@ class PyTorchJobSpec(ApiModel):
         Field(
             json_schema_extra=rules(
                 *_replica_rules(_PYTORCH_PATH, kinds=("Master", "Worker"), container="pytorch"),
+                _needs_one_of(_PYTORCH_PATH, ("Master", "Worker")),
                 cel(
                     "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
                     f"{_PYTORCH_PATH}[Master].replicas must be 1: a PyTorchJob has exactly one Master",
@@ -321,10 +382,13 @@ class TFJobSpec(ApiModel):
                     f"{_TF_PATH} must not have more than 1 Chief or Master role: use Chief or Master, not both",
                 ),
                 cel(
-                    "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas <= 1) && "
-                    "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas <= 1)",
-                    f"{_TF_PATH}[Chief/Master].replicas must be 1: there is only one chief",
+                    "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
+                    "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
+                    f"{_TF_PATH}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
+                    "when the job succeeds (with 0 the job would succeed without running anything)",
                 ),
+                _needs_one_of(_TF_PATH, ("Chief", "Master", "Worker")),
+                _decides_success(_TF_PATH, "Worker", unless=("Chief", "Master")),
                 maxProperties=5,
             ),
         ),
@@ -385,8 +449,8 @@ _PADDLE_PATH = "spec.paddleReplicaSpecs"
 
 
 class PaddleElasticPolicy(ApiModel):
-    min_replicas: int | None = Field(None, ge=1)
-    max_replicas: int | None = Field(None, ge=1)
+    min_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS)
+    max_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS)
     max_restarts: int | None = Field(None, ge=0)
     metrics: list[dict[str, Any]] | None = Field(
         None, json_schema_extra=k8s_ref("io.k8s.api.autoscaling.v2.MetricSpec", array=True)
@@ -401,6 +465,9 @@ class PaddleJobSpec(ApiModel):
         Field(
             json_schema_extra=rules(
                 *_replica_rules(_PADDLE_PATH, kinds=("Master", "Worker"), container="paddle"),
+                _needs_one_of(_PADDLE_PATH, ("Master", "Worker")),
+                _decides_success(_PADDLE_PATH, "Master"),
+                _decides_success(_PADDLE_PATH, "Worker", unless=("Master",)),
                 maxProperties=2,
             )
         ),
@@ -431,6 +498,8 @@ class JAXJobSpec(ApiModel):
             alias="jaxReplicaSpecs",
             json_schema_extra=rules(
                 *_replica_rules(_JAX_PATH, kinds=("Worker",), container="jax"),
+                _needs_one_of(_JAX_PATH, ("Worker",)),
+                _decides_success(_JAX_PATH, "Worker"),
                 maxProperties=1,
             ),
         ),

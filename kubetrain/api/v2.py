@@ -28,6 +28,23 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 _IMMUTABLE = "self == oldSelf"
 
+# The most nodes (pods) a TrainJob's trainer, or one replicated job of a runtime, may ask for: the same
+# bound as a v1 replica type (docs/crds.md says why), so one TrainJob cannot make the controller hold
+# an unbounded number of pods in memory.
+MAX_NODES: Final = 10_000
+DNS_LABEL_MAX: Final = 63
+DNS_LABEL_PATTERN: Final = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Every pod of a TrainJob has the hostname <trainjob>-<replicated job>-<job index>-<pod index>, a DNS
+# label. The shortest suffix any runtime can give is "-a-0-0", so a longer TrainJob name can never run.
+# Upstream admits 63 characters; the controller names the real limit of a given runtime when it builds.
+TRAINJOB_NAME_MAX: Final = DNS_LABEL_MAX - len("-a-0-0")
+TRAINJOB_NAME_RULE: Final = cel(
+    f"size(self) <= {TRAINJOB_NAME_MAX}",
+    f"metadata.name must be at most {TRAINJOB_NAME_MAX} characters: every pod's hostname is "
+    "<name>-<replicated job>-<job index>-<pod index>, which must fit in 63 characters, and the runtime "
+    "adds at least 6 (its replicated job names add more)",
+)
+
 
 def _quoted(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
@@ -116,7 +133,7 @@ class Trainer(ApiModel):
             )
         ),
     ] = None
-    num_nodes: int | None = Field(None, ge=0)
+    num_nodes: int | None = Field(None, ge=0, le=MAX_NODES)
     resources_per_node: dict[str, Any] | None = Field(
         None, json_schema_extra=k8s_ref("io.k8s.api.core.v1.ResourceRequirements")
     )
@@ -358,7 +375,7 @@ class FluxPolicy(ApiModel):
 
 
 class MLPolicy(ApiModel):
-    num_nodes: int | None = Field(None, ge=1)
+    num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
     torch: TorchPolicy | None = None
     mpi: MPIPolicy | None = None
     jax: EmptyPolicy | None = None
@@ -401,8 +418,8 @@ _POD_GROUP_RULES = rules(
 class JobSpec(ApiModel):
     """The batch/v1 JobSpec fields that shape pods (the rest is kept as given)."""
 
-    parallelism: int | None = Field(None, ge=0)
-    completions: int | None = Field(None, ge=0)
+    parallelism: int | None = Field(None, ge=0, le=MAX_NODES)
+    completions: int | None = Field(None, ge=0, le=MAX_NODES)
     backoff_limit: int | None = Field(None, ge=0)
     active_deadline_seconds: int | None = Field(None, ge=1)
     completion_mode: Literal["Indexed", "NonIndexed"] | None = None
@@ -416,15 +433,19 @@ class JobTemplate(ApiModel):
     spec: JobSpec
 
 
+ReplicatedJobName = Annotated[str, Field(max_length=DNS_LABEL_MAX)]
+
+
 class DependsOn(ApiModel):
-    name: str
+    name: ReplicatedJobName
     status: Literal["Ready", "Complete"]
 
 
 class ReplicatedJob(ApiModel):
-    name: str = Field(min_length=1, max_length=63)
+    # Part of every pod's hostname and of its child Jobs' names: a DNS-1035 label, as JobSet requires.
+    name: str = Field(min_length=1, max_length=DNS_LABEL_MAX, pattern=DNS_LABEL_PATTERN)
     group_name: str | None = None
-    replicas: int | None = Field(1, ge=1)
+    replicas: int | None = Field(1, ge=1, le=MAX_NODES)
     depends_on: list[DependsOn] | None = Field(None, max_length=5)
     template: JobTemplate
 
@@ -437,7 +458,7 @@ class Network(ApiModel):
 
 class SuccessPolicy(ApiModel):
     operator: Literal["All", "Any"]
-    target_replicated_jobs: list[str] | None = None
+    target_replicated_jobs: list[ReplicatedJobName] | None = Field(None, max_length=100)
 
 
 class FailurePolicyRule(ApiModel):
@@ -451,7 +472,7 @@ class FailurePolicyRule(ApiModel):
     ]
     on_job_failure_reasons: list[str] | None = None
     on_job_failure_message_patterns: list[str] | None = None
-    target_replicated_jobs: list[str] | None = None
+    target_replicated_jobs: list[ReplicatedJobName] | None = Field(None, max_length=100)
 
 
 class FailurePolicy(ApiModel):
@@ -473,6 +494,16 @@ class VolumeClaimPolicy(ApiModel):
     retention_policy: VolumeRetentionPolicy | None = None
 
 
+_JOBSET_SPEC_RULES = rules(
+    cel(
+        "!has(self.successPolicy) || !has(self.successPolicy.targetReplicatedJobs) || "
+        "self.successPolicy.targetReplicatedJobs.all(t, self.replicatedJobs.exists(r, r.name == t))",
+        "spec.template.spec.successPolicy.targetReplicatedJobs must name replicated jobs of this runtime: "
+        "with an unknown name the job could never succeed",
+    ),
+)
+
+
 class JobSetSpec(ApiModel):
     replicated_jobs: Annotated[
         list[ReplicatedJob],
@@ -482,6 +513,23 @@ class JobSetSpec(ApiModel):
                 cel(
                     "self.size() == 0 || !has(self[0].dependsOn)",
                     "template.spec.replicatedJobs[0].dependsOn must be empty: the first replicated job cannot depend on another",
+                ),
+                cel(
+                    "self.all(r, self.exists_one(x, x.name == r.name))",
+                    "spec.template.spec.replicatedJobs[*].name must be unique: two replicated jobs would own the "
+                    "same pods",
+                ),
+                cel(
+                    "self.all(r, !has(r.dependsOn) || r.dependsOn.all(d, d.name != r.name && "
+                    "self.exists(x, x.name == d.name)))",
+                    "spec.template.spec.replicatedJobs[*].dependsOn must name another replicated job of this "
+                    "runtime: a job waiting on one that does not exist, or on itself, would never start",
+                ),
+                cel(
+                    f"self.all(r, (has(r.replicas) ? r.replicas : 1) * "
+                    f"(has(r.template.spec.parallelism) ? r.template.spec.parallelism : 1) <= {MAX_NODES})",
+                    f"spec.template.spec.replicatedJobs[*]: replicas times template.spec.parallelism must be at "
+                    f"most {MAX_NODES} pods per replicated job",
                 ),
             ),
         ),
@@ -496,7 +544,7 @@ class JobSetSpec(ApiModel):
 
 class JobSetTemplate(ApiModel):
     metadata: MetadataPatch | None = None
-    spec: JobSetSpec
+    spec: Annotated[JobSetSpec, Field(json_schema_extra=_JOBSET_SPEC_RULES)]
 
 
 class TrainingRuntimeSpec(ApiModel):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import itertools
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+
+from kubetrain.controller.runtimes.framework import Framework, ReplicaCounts, job_info
+from kubetrain.controller.runtimes.registry import FRAMEWORKS
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -36,12 +41,20 @@ PYTORCHJOB: dict[str, Any] = {
 }
 
 
-async def _create(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> str:
-    """Create ``body``; return the API server's error message, or '' when accepted."""
+async def _create(
+    custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+) -> str:
+    """Create ``body`` (only validate it, with ``dry_run``); return the API server's error message, or ''
+    when accepted."""
     group, version = body["apiVersion"].split("/")
-    plural = {"PyTorchJob": "pytorchjobs", "TrainJob": "trainjobs", "TFJob": "tfjobs"}[body["kind"]]
+    plural = body["kind"].lower() + "s"
     try:
-        await custom.create_namespaced_custom_object(group, version, namespace, plural, body)
+        if dry_run:
+            await custom.create_namespaced_custom_object(
+                group, version, namespace, plural, body, dry_run="All"
+            )
+        else:
+            await custom.create_namespaced_custom_object(group, version, namespace, plural, body)
     except client.ApiException as exc:
         assert exc.status == 422, exc.body
         return str(exc.body)
@@ -209,3 +222,217 @@ async def test_kubectl_get_kubeflow_lists_every_job_kind(
     assert await _create(custom, namespace, copy.deepcopy(TRAINJOB)) == ""
     listed = kubectl("get", "kubeflow", "-n", namespace, "-o", "name").stdout.split()
     assert sorted(listed) == ["pytorchjob.kubeflow.org/mnist", "trainjob.trainer.kubeflow.org/llm"]
+
+
+# -- replica counts the controller's success rule cannot live with ---------------------------------------
+
+
+def _v1_job(framework: Framework, counts: dict[str, int], name: str = "job") -> dict[str, Any]:
+    replica = {"template": {"spec": {"containers": [_container(framework.default_container)]}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": framework.kind,
+        "metadata": {"name": name},
+        "spec": {framework.replica_field: {t: {**replica, "replicas": n} for t, n in counts.items()}},
+    }
+
+
+def _cannot_end_well(framework: Framework, counts: dict[str, int]) -> bool:
+    """Whether the controller would call this job Succeeded with no pod at all, or never, even once
+    every pod succeeded: its own ``succeeded()`` decides, so the test follows the controller."""
+    job = _v1_job(framework, counts)
+    job["metadata"].update(namespace="team", uid="uid")
+    info = job_info(job, framework)
+    without_pods = framework.succeeded(info, {}, {})
+    done = {t: ReplicaCounts(succeeded=n) for t, n in counts.items()}
+    pods = {(t, i): {"status": {"phase": "Succeeded"}} for t, n in counts.items() for i in range(n)}
+    return without_pods or not framework.succeeded(info, done, pods)
+
+
+def _replica_layouts(framework: Framework) -> list[dict[str, int]]:
+    """Every layout of the kind's replica types, each absent, with 0 or with 1 replica."""
+    choices = itertools.product((None, 0, 1), repeat=len(framework.replica_types))
+    return [
+        {t: n for t, n in zip(framework.replica_types, choice, strict=True) if n is not None}
+        for choice in choices
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMEWORKS))
+async def test_a_job_the_controller_would_finish_without_running_or_never_finish_is_rejected(
+    kind: str, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    framework = FRAMEWORKS[kind]
+    doomed = [layout for layout in _replica_layouts(framework) if _cannot_end_well(framework, layout)]
+    assert doomed  # replicas: 0 on the replica type that decides success is always among them
+    answers = await asyncio.gather(
+        *(_create(custom, namespace, _v1_job(framework, layout), dry_run=True) for layout in doomed)
+    )
+    accepted = [layout for layout, message in zip(doomed, answers, strict=True) if not message]
+    assert not accepted, f"{framework.kind} accepts replica layouts that can never end well: {accepted}"
+    assert all(f"spec.{framework.replica_field}" in message for message in answers)
+
+
+@pytest.mark.parametrize(
+    ("kind", "layout"),
+    [
+        ("pytorchjob", {"Master": 1}),
+        ("tfjob", {"Chief": 1, "Worker": 0}),
+        ("tfjob", {"PS": 1, "Worker": 2}),
+        ("xgboostjob", {"Master": 1, "Worker": 0}),
+        ("paddlejob", {"Master": 1, "Worker": 0}),
+        ("paddlejob", {"Worker": 3}),
+        ("jaxjob", {"Worker": 1}),
+    ],
+)
+async def test_replica_types_that_do_not_decide_success_may_be_empty(
+    kind: str, layout: dict[str, int], custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    framework = FRAMEWORKS[kind]
+    assert not _cannot_end_well(framework, layout)
+    assert await _create(custom, namespace, _v1_job(framework, layout), dry_run=True) == ""
+
+
+async def test_zero_chief_replicas_are_rejected_naming_the_field(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    message = await _create(custom, namespace, _v1_job(FRAMEWORKS["tfjob"], {"Chief": 0, "Worker": 2}))
+    assert "spec.tfReplicaSpecs[Chief/Master].replicas must be 1" in message
+
+
+# -- names whose children cannot exist -----------------------------------------------------------------
+
+
+async def test_a_name_too_long_for_the_jobs_services_is_rejected_with_the_longest_allowed_name(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    job = _pytorchjob(Worker__replicas=200)  # the last Service: <name>-worker-199, 11 characters more
+    job["metadata"]["name"] = "n" * 53
+    message = await _create(custom, namespace, job)
+    assert "metadata.name is too long for this job" in message
+    assert "use a name of at most 52 characters" in message
+    job["metadata"]["name"] = "n" * 52
+    assert await _create(custom, namespace, job, dry_run=True) == ""
+
+
+async def test_the_replica_count_bounds_the_name_through_the_index_digits(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    job = _pytorchjob(Worker__replicas=10)
+    job["metadata"]["name"] = "n" * 54  # n...n-worker-9 is 63 characters
+    assert await _create(custom, namespace, job, dry_run=True) == ""
+    job = _pytorchjob(Worker__replicas=11)
+    job["metadata"]["name"] = "n" * 54
+    assert "use a name of at most 53 characters" in await _create(custom, namespace, job)
+
+
+async def test_a_replica_type_with_no_replicas_has_no_service_to_fit(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    replica = {"replicas": 0, "template": {"spec": {"containers": [_container("tensorflow")]}}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "n" * 55},  # n...n-chief-0 fits; n...n-evaluator-0 would not
+        "spec": {"tfReplicaSpecs": {"Chief": {**replica, "replicas": 1}, "Evaluator": replica}},
+    }
+    assert await _create(custom, namespace, job, dry_run=True) == ""
+    job["spec"]["tfReplicaSpecs"]["Evaluator"]["replicas"] = 1
+    assert "use a name of at most 51 characters" in await _create(custom, namespace, job)
+
+
+async def test_scaling_past_what_the_name_allows_is_rejected(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    job = _pytorchjob(Worker__replicas=10)
+    job["metadata"]["name"] = name = "n" * 54
+    assert await _create(custom, namespace, job) == ""
+    with pytest.raises(client.ApiException) as raised:
+        await custom.patch_namespaced_custom_object_scale(
+            "kubeflow.org",
+            "v1",
+            namespace,
+            "pytorchjobs",
+            name,
+            {"spec": {"replicas": 11}},
+            _content_type="application/merge-patch+json",
+        )
+    assert "use a name of at most 53 characters" in str(raised.value.body)
+
+
+async def test_a_trainjob_name_no_runtime_could_run_is_rejected(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    job = copy.deepcopy(TRAINJOB)
+    job["metadata"]["name"] = "t" * 58
+    assert "metadata.name must be at most 57 characters" in await _create(custom, namespace, job)
+    job["metadata"]["name"] = "t" * 57
+    assert await _create(custom, namespace, job, dry_run=True) == ""
+
+
+# -- upper bounds ---------------------------------------------------------------------------------------
+
+
+async def test_more_than_10000_replicas_of_one_type_are_rejected(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    message = await _create(custom, namespace, _pytorchjob(Worker__replicas=10001))
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in message and "10000" in message
+    assert await _create(custom, namespace, _pytorchjob(Worker__replicas=10000), dry_run=True) == ""
+
+
+async def test_more_than_10000_trainjob_nodes_are_rejected(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    job = copy.deepcopy(TRAINJOB)
+    job["spec"]["trainer"]["numNodes"] = 10001
+    message = await _create(custom, namespace, job)
+    assert "spec.trainer.numNodes" in message and "10000" in message
+
+
+def _runtime(*jobs: dict[str, Any], **jobset: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "rt"},
+        "spec": {"template": {"spec": {"replicatedJobs": list(jobs), **jobset}}},
+    }
+
+
+def _replicated_job(name: str, **fields: Any) -> dict[str, Any]:
+    pod = {"spec": {"containers": [_container("node")]}}
+    return {"name": name, "template": {"spec": {"template": pod}}, **fields}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        (
+            _runtime(_replicated_job("node", replicas=200, template={"spec": {"parallelism": 100}})),
+            "at most 10000 pods per replicated job",
+        ),
+        (_runtime(_replicated_job("Node")), "spec.template.spec.replicatedJobs[0].name"),
+        (
+            _runtime(_replicated_job("node"), _replicated_job("node")),
+            "spec.template.spec.replicatedJobs[*].name must be unique",
+        ),
+        (
+            _runtime(
+                _replicated_job("init"),
+                _replicated_job("node", dependsOn=[{"name": "dataset", "status": "Complete"}]),
+            ),
+            "spec.template.spec.replicatedJobs[*].dependsOn must name another replicated job",
+        ),
+        (
+            _runtime(
+                _replicated_job("node"), successPolicy={"operator": "All", "targetReplicatedJobs": ["nod"]}
+            ),
+            "spec.template.spec.successPolicy.targetReplicatedJobs must name replicated jobs of this runtime",
+        ),
+    ],
+    ids=["pods-over-max", "name-not-a-dns-label", "duplicate-names", "depends-on-unknown", "success-unknown"],
+)
+async def test_a_runtime_whose_jobs_could_never_run_or_end_is_rejected(
+    runtime: dict[str, Any], message: str, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    assert message in await _create(custom, namespace, runtime)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.api import crdgen
+from kubetrain.api import crdgen, v1, v2
+from kubetrain.api.base import VALIDATIONS
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 
@@ -17,6 +18,15 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 @functools.cache
 def _rendered() -> dict[str, str]:
     return crdgen.render_all()
+
+
+@functools.cache
+def _document(file: str) -> dict[str, Any]:
+    """One generated CRD, parsed once (the C loader when PyYAML has it: the documents are large)."""
+    loaded: dict[str, Any] = yaml.load(
+        _rendered()[file], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
+    return loaded
 
 
 def test_committed_crds_match_the_generator() -> None:
@@ -47,7 +57,7 @@ def _walk(node: Any, path: str = "") -> list[str]:
 
 @pytest.mark.parametrize("info", crdgen.crd_infos(), ids=lambda i: i.kind)
 def test_crd_schema_is_structural_and_names_its_kind(info: crdgen.CrdInfo) -> None:
-    document = yaml.safe_load(_rendered()[f"{info.group}_{info.plural}.yaml"])
+    document = _document(f"{info.group}_{info.plural}.yaml")
     version = document["spec"]["versions"][0]
     assert _walk(version["schema"]["openAPIV3Schema"]) == []
     assert document["spec"]["names"]["kind"] == info.kind
@@ -60,10 +70,112 @@ def test_every_job_kind_is_in_the_kubeflow_category() -> None:
 
 
 def test_pod_template_schema_comes_from_the_api_server_openapi() -> None:
-    document = yaml.safe_load(_rendered()["kubeflow.org_pytorchjobs.yaml"])
+    document = _document("kubeflow.org_pytorchjobs.yaml")
     spec = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     template = spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]["properties"]["template"]
     containers = template["properties"]["spec"]["properties"]["containers"]
     assert "containers" in template["properties"]["spec"]["required"]
     resources = containers["items"]["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
     assert resources["x-kubernetes-int-or-string"] is True
+
+
+def _schema(info: crdgen.CrdInfo) -> dict[str, Any]:
+    """The generated openAPIV3Schema of one CRD (parsed once; read it, never change it)."""
+    document = _document(f"{info.group}_{info.plural}.yaml")
+    schema: dict[str, Any] = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The schema node of a dotted path; ``*`` steps into map values and list items."""
+    node = schema
+    for part in path.split("."):
+        node = (
+            (node.get("additionalProperties") or node["items"]) if part == "*" else node["properties"][part]
+        )
+    return node
+
+
+_INFOS = {info.kind: info for info in crdgen.crd_infos()}
+_BOUNDED = [
+    *((kind.kind_name, f"spec.{kind.replica_field}.*.replicas") for kind in v1.V1_KINDS),
+    ("PyTorchJob", "spec.elasticPolicy.minReplicas"),
+    ("PyTorchJob", "spec.elasticPolicy.maxReplicas"),
+    ("PaddleJob", "spec.elasticPolicy.maxReplicas"),
+    ("TrainJob", "spec.trainer.numNodes"),
+    *(
+        (runtime, path)
+        for runtime in ("TrainingRuntime", "ClusterTrainingRuntime")
+        for path in (
+            "spec.mlPolicy.numNodes",
+            "spec.template.spec.replicatedJobs.*.replicas",
+            "spec.template.spec.replicatedJobs.*.template.spec.parallelism",
+            "spec.template.spec.replicatedJobs.*.template.spec.completions",
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "path"), _BOUNDED, ids=[f"{k}:{p}" for k, p in _BOUNDED])
+def test_every_pod_count_has_the_documented_maximum(kind: str, path: str) -> None:
+    node = _at(_schema(_INFOS[kind]), path)
+    assert node["type"] == "integer"
+    assert node["maximum"] == v1.MAX_REPLICAS == v2.MAX_NODES == 10_000
+
+
+def _messages(node: dict[str, Any]) -> list[str]:
+    return [rule["message"] for rule in node.get(VALIDATIONS, [])]
+
+
+# (kind, the replica type whose replicas decide success, when the rule applies): a rule must refuse 0.
+_DECIDING = [
+    ("PyTorchJob", "spec.pytorchReplicaSpecs[Master].replicas must be 1"),
+    ("PyTorchJob", "spec.pytorchReplicaSpecs[Worker].replicas must be at least 1"),
+    ("TFJob", "spec.tfReplicaSpecs[Chief/Master].replicas must be 1"),
+    ("TFJob", "spec.tfReplicaSpecs[Worker].replicas must be at least 1 when there is no Chief or Master"),
+    ("TFJob", "spec.tfReplicaSpecs must have a Chief, Master or Worker"),
+    ("XGBoostJob", "spec.xgbReplicaSpecs[Master].replicas must be 1"),
+    ("XGBoostJob", "spec.xgbReplicaSpecs[Master] must be present"),
+    ("PaddleJob", "spec.paddleReplicaSpecs[Master].replicas must be at least 1"),
+    ("PaddleJob", "spec.paddleReplicaSpecs[Worker].replicas must be at least 1 when there is no Master"),
+    ("PaddleJob", "spec.paddleReplicaSpecs must have a Master or Worker"),
+    ("JAXJob", "spec.jaxReplicaSpecs[Worker].replicas must be at least 1"),
+    ("JAXJob", "spec.jaxReplicaSpecs must have a Worker"),
+]
+
+
+@pytest.mark.parametrize(("kind", "message"), _DECIDING, ids=[m for _, m in _DECIDING])
+def test_the_replica_type_that_decides_success_cannot_be_empty(kind: str, message: str) -> None:
+    model = next(m for m in v1.V1_KINDS if m.kind_name == kind)
+    replica_map = _at(_schema(_INFOS[kind]), f"spec.{model.replica_field}")
+    assert any(m.startswith(message) for m in _messages(replica_map)), _messages(replica_map)
+
+
+@pytest.mark.parametrize("model", v1.V1_KINDS, ids=lambda m: m.kind_name)
+def test_every_v1_kind_checks_its_service_names_against_the_dns_label_limit(
+    model: type[v1.TrainingJob],
+) -> None:
+    [rule] = _schema(_INFOS[model.kind_name])[VALIDATIONS]
+    assert f"self.spec.{model.replica_field}" in rule["rule"] and "self.metadata.name" in rule["rule"]
+    assert "<= 63" in rule["rule"]
+    assert rule["fieldPath"] == ".metadata.name"
+    assert "use a name of at most" in rule["messageExpression"]
+
+
+def test_a_trainjob_name_leaves_room_for_the_shortest_pod_hostname() -> None:
+    name = _at(_schema(_INFOS["TrainJob"]), "metadata.name")
+    assert name["maxLength"] == 63
+    limits = [r["rule"] for r in name[VALIDATIONS] if r["rule"].startswith("size(self)")]
+    assert limits == [f"size(self) <= {63 - len('-a-0-0')}"]
+
+
+def test_runtime_replicated_job_names_are_dns_labels_and_unique() -> None:
+    for kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        jobs = _at(_schema(_INFOS[kind]), "spec.template.spec.replicatedJobs")
+        assert jobs["items"]["properties"]["name"]["pattern"] == "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+        messages = _messages(jobs)
+        assert any("name must be unique" in m for m in messages)
+        assert any("dependsOn must name another replicated job" in m for m in messages)
+        assert any("at most 10000 pods per replicated job" in m for m in messages)
+        jobset = _at(_schema(_INFOS[kind]), "spec.template.spec")
+        assert any("successPolicy.targetReplicatedJobs must name" in m for m in _messages(jobset))
