@@ -2,9 +2,9 @@
 
 The training side of kubetrain's checkpoint contract (docs/checkpoints.md). It
 needs no Kubernetes and no kubetrain service: the controller passes
-``KUBETRAIN_CHECKPOINT_DIR``, ``KUBETRAIN_RESUME_FROM`` and ``KUBETRAIN_ATTEMPT``
-in the environment, and reads back the JSON report that rank 0 leaves as its
-container's termination message.
+``KUBETRAIN_CHECKPOINT_DIR``, ``KUBETRAIN_RESUME_FROM``, ``KUBETRAIN_ATTEMPT`` and
+``KUBETRAIN_LINEAGE`` in the environment, and reads back the JSON report that
+rank 0 leaves as its container's termination message.
 
 A checkpoint is a directory ``step-<N>`` holding the state and a ``COMPLETE``
 marker. It is written under a temporary name, the marker last, every file
@@ -23,18 +23,30 @@ never taken for a complete one.
 Fencing: every attempt of a job lineage (a retry, a resubmission) uses the
 same directory, and a pod of an older attempt can outlive its job (a
 partitioned node). With ``KUBETRAIN_ATTEMPT`` set, rank 0 records its attempt
-in ``.fence/attempt-<N>`` the first time it touches the directory (or at
-``start()``); the fence is the highest attempt recorded there. A file per
-attempt rather than one file holding a number, because a directory has no
-compare-and-swap: two processes each replacing one file can leave the lower
-number last, while the maximum of a set of names that only grows can only
-rise. An attempt below the fence is refused when it starts, before a save
+in ``.fence/attempt-<N>@<lineage>`` (``.fence/attempt-<N>`` without
+``KUBETRAIN_LINEAGE``) the first time it touches the directory (or at
+``start()``); the fence of a lineage is the highest attempt it recorded there.
+A file per attempt rather than one file holding a number, because a directory
+has no compare-and-swap: two processes each replacing one file can leave the
+lower number last, while the maximum of a set of names that only grows can
+only rise. An attempt below the fence is refused when it starts, before a save
 writes anything, and again right before it publishes: ``FencedOff``, a
 ``SystemExit`` with code ``EXIT_FENCED``, so an uncaught one ends the process
-with that code and a broad ``except Exception`` does not swallow it. Checkpoints
-are ordered by (attempt, step), a checkpoint of a newer attempt is never moved
-aside, overwritten or deleted by an older one, and leftovers are removed only
-when no live save of a newer attempt can be using them.
+with that code and a broad ``except Exception`` does not swallow it.
+
+Lineages: one directory can also pass from one lineage to the next (a pipeline
+step continuing another's checkpoints). Attempt numbers of two lineages say
+nothing about each other, so an attempt is only fenced by its own lineage's,
+and each checkpoint records its lineage beside its attempt. A process orders
+its own lineage's checkpoints by (attempt, step), above every other lineage's,
+and those by step alone: a continuation that has not saved yet resumes from
+where the previous lineage got to. A checkpoint of a newer attempt of the
+same lineage is never moved aside, overwritten or deleted by an older one;
+retention and the clean-up of leftovers only touch the process's own lineage
+(another lineage's checkpoints may be what a continuation was told to resume
+from). A process without a lineage counts the unlabelled checkpoints as its
+own, and its fence is the highest attempt of any lineage: it may be the first
+attempt of a lineage that its resubmission named, so it is fenced off by that.
 
 State may be anything ``torch.save`` accepts (model and optimizer state dicts),
 or plain ``bytes``; without torch installed, any picklable object.
@@ -75,6 +87,7 @@ from typing import Any
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "KUBETRAIN_RESUME_FROM"
 ENV_ATTEMPT = "KUBETRAIN_ATTEMPT"
+ENV_LINEAGE = "KUBETRAIN_LINEAGE"
 ENV_TERMINATION_LOG = "KUBETRAIN_TERMINATION_MESSAGE_PATH"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 MARKER = "COMPLETE"
@@ -87,7 +100,10 @@ PUBLISH_TRIES = 5
 _NAME = re.compile(r"^step-(\d+)$")
 _TRASH = re.compile(r"^\.trash-step-(\d+)-")
 _TMP = re.compile(r"^\.tmp-step-(\d+)-(?:a(\d+)-([0-9a-f]+)-)?")
-_FENCE_MARK = re.compile(r"^attempt-(\d+)$")
+_TMP_LINEAGE = re.compile(r"@([A-Za-z0-9._-]+)$")
+_FENCE_MARK = re.compile(r"^attempt-(\d+)(?:@([A-Za-z0-9._-]+))?$")
+# a Kubernetes label value (the lineage is the kubetrain.dev/lineage label): safe as part of a file name
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _OUR_FILES = {MARKER, META, "state.pt", "state.bin", "state.pkl"}
 
 
@@ -98,21 +114,26 @@ class FencedOff(SystemExit):
     message has gone to stderr already); ``except Exception`` does not catch it, on purpose.
     """
 
-    def __init__(self, attempt: int, fence: int, directory: Path, refused: str = "") -> None:
+    def __init__(
+        self, attempt: int, fence: int, directory: Path, refused: str = "", lineage: str | None = None
+    ) -> None:
         super().__init__(EXIT_FENCED)
         self.attempt = attempt
         self.fence = fence
         self.directory = directory
         self.refused = refused  # what was refused, e.g. "save step 40"
+        self.lineage = lineage  # the fenced process's (None: it was compared with every lineage)
 
     def __str__(self) -> str:
         refused = f" (refused to {self.refused})" if self.refused else ""
+        of = "" if self.lineage is None else f" of lineage {self.lineage}"
+        marks = self.directory / FENCE_DIR / ("" if self.lineage is None else f"attempt-*@{self.lineage}")
         return (
-            f"kubetrain.checkpoint: attempt {self.attempt} is fenced off from {self.directory}: "
-            f"attempt {self.fence} has started using it, so attempt {self.attempt} must not write there"
-            f"{refused}; exiting with code {EXIT_FENCED}. If no attempt {self.fence} exists, this job "
-            f"reuses another job's directory: give it attempt {self.fence + 1} or more "
-            f"(kubetrain.dev/attempt), or remove {self.directory / FENCE_DIR} to hand the directory over."
+            f"kubetrain.checkpoint: attempt {self.attempt}{of} is fenced off from {self.directory}: "
+            f"attempt {self.fence}{of} has started using it, so attempt {self.attempt} must not write there"
+            f"{refused}; exiting with code {EXIT_FENCED}. If no attempt {self.fence}{of} exists, this job "
+            f"reuses another job's directory: give it a kubetrain.dev/lineage label of its own, or attempt "
+            f"{self.fence + 1} or more (kubetrain.dev/attempt), or remove {marks} to hand the directory over."
         )
 
 
@@ -134,6 +155,11 @@ class Checkpoint:
         """The attempt that saved it (1 for checkpoints saved without ``KUBETRAIN_ATTEMPT``)."""
         return _as_attempt(self.meta.get("attempt")) or 1
 
+    @property
+    def lineage(self) -> str | None:
+        """The lineage that saved it (None for checkpoints saved without ``KUBETRAIN_LINEAGE``)."""
+        return _as_lineage(self.meta.get("lineage"))
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -145,6 +171,7 @@ class Entry:
     complete: bool = False
     meta: dict[str, Any] | None = None
     attempt: int | None = None  # step/trash: from the meta; tmp: from the name
+    lineage: str | None = None  # step/trash: from the meta; tmp: from the name
     token: str | None = None  # tmp: the writing manager's
     age: float = 0.0  # seconds since it last changed
     foreign: bool = False  # step: holds files save() never writes (not ours to delete)
@@ -169,19 +196,54 @@ def _as_attempt(value: Any) -> int | None:
     return attempt if attempt >= 1 else None
 
 
-def fence_of(names: Iterable[str]) -> int | None:
-    """The fence, given the names in ``.fence``: the highest attempt recorded, None when none is."""
-    attempts = [int(m[1]) for m in map(_FENCE_MARK.match, names) if m]
+def parse_lineage(value: str | None) -> str | None:
+    """``$KUBETRAIN_LINEAGE`` checked; None when unset or empty (the unlabelled lineage)."""
+    if value is None or not value.strip():
+        return None
+    lineage = _as_lineage(value.strip())
+    if lineage is None:
+        raise ValueError(
+            f"${ENV_LINEAGE} must be a Kubernetes label value: up to 63 letters, digits, '-', '_' or '.', "
+            f"starting and ending with a letter or digit (got {value!r})"
+        )
+    return lineage
+
+
+def _as_lineage(value: Any) -> str | None:
+    return value if isinstance(value, str) and _LABEL_VALUE.match(value) else None
+
+
+def fence_mark(attempt: int, lineage: str | None) -> str:
+    """The name an attempt records itself under in ``.fence``."""
+    return f"attempt-{attempt}" if lineage is None else f"attempt-{attempt}@{lineage}"
+
+
+def fence_of(names: Iterable[str], lineage: str | None = None) -> int | None:
+    """The fence for a process of ``lineage``, given the names in ``.fence``: None when none is recorded.
+
+    The highest attempt that lineage recorded; without a lineage, the highest of any lineage (the
+    process may be the first attempt of a lineage that only its resubmission named).
+    """
+    attempts = [
+        int(m[1]) for m in map(_FENCE_MARK.match, names) if m and (lineage is None or m[2] == lineage)
+    ]
     return max(attempts, default=None)
 
 
-def order_key(checkpoint: Checkpoint) -> tuple[int, int]:
-    """Attempt, then step: the order ``latest()`` (the last) and retention (the first go) use."""
-    return checkpoint.attempt, checkpoint.step
+def order_key(checkpoint: Checkpoint, lineage: str | None = None) -> tuple[int, int, int]:
+    """Where ``checkpoint`` stands for a process of ``lineage``: the order ``latest()`` (the last)
+    and retention (the first go) use.
+
+    The process's own lineage's checkpoints by (attempt, step), after every other lineage's,
+    which go by step alone (their attempt numbers are not comparable with its own).
+    """
+    if checkpoint.lineage == lineage:
+        return 1, checkpoint.attempt, checkpoint.step
+    return 0, 0, checkpoint.step
 
 
-def choose(entries: Iterable[Entry]) -> list[Checkpoint]:
-    """One checkpoint per step, oldest first by (attempt, step).
+def choose(entries: Iterable[Entry], lineage: str | None = None) -> list[Checkpoint]:
+    """One checkpoint per step, oldest first in the order of a process of ``lineage`` (``order_key``).
 
     A complete ``step-<N>`` stands for its step; without one, the newest complete copy an
     overwrite moved aside does (a crash between the two renames of an overwrite left it there).
@@ -196,15 +258,16 @@ def choose(entries: Iterable[Entry]) -> list[Checkpoint]:
             published[entry.step] = checkpoint
             continue
         best = displaced.get(entry.step)
-        if best is None or _recency(checkpoint) > _recency(best):
+        if best is None or _recency(checkpoint, lineage) > _recency(best, lineage):
             displaced[entry.step] = checkpoint
     chosen = {**displaced, **published}
-    return sorted(chosen.values(), key=order_key)
+    return sorted(chosen.values(), key=lambda checkpoint: order_key(checkpoint, lineage))
 
 
-def _recency(checkpoint: Checkpoint) -> tuple[int, float]:
+def _recency(checkpoint: Checkpoint, lineage: str | None) -> tuple[int, int, float]:
     saved = checkpoint.meta.get("time")
-    return checkpoint.attempt, float(saved) if isinstance(saved, int | float) else 0.0
+    own = checkpoint.lineage == lineage
+    return own, checkpoint.attempt if own else 0, float(saved) if isinstance(saved, int | float) else 0.0
 
 
 @dataclass(frozen=True)
@@ -223,32 +286,41 @@ def plan_cleanup(
     fencing: bool,
     own_token: str,
     protect: Path | None = None,
+    lineage: str | None = None,
 ) -> CleanupPlan:
-    """Retention, and the leftovers of saves that crashed, for a writer of ``attempt``.
+    """Retention, and the leftovers of saves that crashed, for a writer of ``attempt`` of ``lineage``.
 
-    Never deletes a checkpoint of a newer attempt, nor ``protect`` (the one just saved), nor a
-    temporary directory that a live save of this or a newer attempt may be writing (an older
-    attempt's is fair game when fencing: it can no longer be published). A displaced copy that
-    still stands for its step (a crash between the two renames of an overwrite) is renamed back.
+    Keeps the last ``keep`` checkpoints of the writer's lineage and never deletes another
+    lineage's (a continuation may have been told to resume from one), nor a checkpoint of a
+    newer attempt, nor ``protect`` (the one just saved), nor a temporary directory that a live
+    save of this or a newer attempt, or of another lineage, may be writing (an older attempt's of
+    the same lineage is fair game when fencing: it can no longer be published). A displaced copy
+    of the writer's lineage that still stands for its step (a crash between the two renames of
+    an overwrite) is renamed back.
     """
-    chosen = choose(entries)
-    kept = chosen[-keep:]
-    discard = [c.path for c in chosen[:-keep] if c.attempt <= attempt and c.path != protect]
+    chosen = choose(entries, lineage)
+    own = [c for c in chosen if c.lineage == lineage]
+    kept = own[-keep:]
+    discard = [c.path for c in own[:-keep] if c.attempt <= attempt and c.path != protect]
     restore = [(c.path, c.path.with_name(f"step-{c.step:08d}")) for c in kept if c.path.name.startswith(".")]
     chosen_paths = {c.path for c in chosen}
     oldest_kept = min((c.step for c in kept), default=None)
     for entry in entries:
+        ours = entry.lineage == lineage
         if entry.kind == "trash":
             # superseded by a published step-N, a duplicate, or half deleted: not a checkpoint
-            if entry.path not in chosen_paths and (entry.attempt or 1) <= attempt:
+            half_deleted = entry.meta is None  # of no lineage one can tell
+            if entry.path not in chosen_paths and (
+                half_deleted or (ours and (entry.attempt or 1) <= attempt)
+            ):
                 discard.append(entry.path)
         elif entry.kind == "tmp":
             mine = entry.token == own_token  # a save of this manager that failed to clean up
-            fenced_off = fencing and entry.attempt is not None and entry.attempt < attempt
-            stale = (entry.attempt is None or entry.attempt <= attempt) and entry.age > STALE_SECONDS
+            fenced_off = fencing and ours and entry.attempt is not None and entry.attempt < attempt
+            stale = ours and (entry.attempt is None or entry.attempt <= attempt) and entry.age > STALE_SECONDS
             if mine or fenced_off or stale:
                 discard.append(entry.path)
-        elif entry.complete or entry.foreign or oldest_kept is None:
+        elif entry.complete or entry.foreign or oldest_kept is None or not (ours or entry.meta is None):
             continue
         elif entry.step < oldest_kept:
             discard.append(entry.path)  # a deletion that crashed half way
@@ -299,10 +371,11 @@ def _discard(path: Path) -> None:
     _rmtree(path)
 
 
-def read_fence(directory: str | Path) -> int | None:
-    """The highest attempt that has started using ``directory``; None when none has recorded itself."""
+def read_fence(directory: str | Path, lineage: str | None = None) -> int | None:
+    """The highest attempt of ``lineage`` that has started using ``directory`` (of any lineage,
+    for None); None when none has recorded itself."""
     try:
-        return fence_of(os.listdir(Path(directory) / FENCE_DIR))
+        return fence_of(os.listdir(Path(directory) / FENCE_DIR), lineage)
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -337,15 +410,19 @@ def scan(directory: Path) -> list[Entry]:
             meta = _read_meta(path)
             complete = meta is not None and (path / MARKER).exists()
             attempt = (_as_attempt(meta.get("attempt")) or 1) if meta is not None else None
+            lineage = _as_lineage(meta.get("lineage")) if meta is not None else None
             foreign = not complete and kind == "step" and not _only_ours(path)
-            found.append(Entry(path, kind, int(match[1]), complete, meta, attempt, foreign=foreign))
+            found.append(Entry(path, kind, int(match[1]), complete, meta, attempt, lineage, foreign=foreign))
         elif match := _TMP.match(name):
             try:
                 age = now - path.stat().st_mtime
             except OSError:
                 continue
             attempt = int(match[2]) if match[2] and int(match[2]) > 0 else None
-            found.append(Entry(path, "tmp", int(match[1]), attempt=attempt, token=match[3], age=age))
+            lineage = named[1] if (named := _TMP_LINEAGE.search(name)) else None
+            found.append(
+                Entry(path, "tmp", int(match[1]), attempt=attempt, lineage=lineage, token=match[3], age=age)
+            )
     return found
 
 
@@ -359,6 +436,7 @@ class CheckpointManager:
         keep: int = 3,
         rank: int | None = None,
         attempt: int | None = None,
+        lineage: str | None = None,
     ) -> None:
         configured = directory if directory is not None else os.environ.get(ENV_DIR)
         if not configured:
@@ -372,6 +450,8 @@ class CheckpointManager:
         self._rank = rank
         # None: plain local use, no fence (it then counts as attempt 1, like a first attempt)
         self.attempt = attempt if attempt is not None else parse_attempt(os.environ.get(ENV_ATTEMPT))
+        # None: the unlabelled lineage (its fence is every lineage's, see fence_of)
+        self.lineage = parse_lineage(lineage if lineage is not None else os.environ.get(ENV_LINEAGE))
         self.last_saved: Checkpoint | None = None
         self.last_metrics: dict[str, Any] = {}
         self.last_step: int | None = None
@@ -401,7 +481,7 @@ class CheckpointManager:
 
     # -- the fence -------------------------------------------------------------------------------
     def start(self) -> None:
-        """Record this attempt in the directory's fence (rank 0, with ``$KUBETRAIN_ATTEMPT``).
+        """Record this attempt in its lineage's fence (rank 0, with ``$KUBETRAIN_ATTEMPT``).
 
         Called by the first method that touches the directory; call it earlier to fence older
         attempts off sooner. Raises ``FencedOff`` when a newer attempt has started already.
@@ -413,9 +493,14 @@ class CheckpointManager:
         if not fence_dir.is_dir():
             fence_dir.mkdir(parents=True, exist_ok=True)
             _fsync_dir(self.directory)
-        mark = fence_dir / f"attempt-{self.attempt}"
+        mark = fence_dir / fence_mark(self.attempt, self.lineage)
         if not mark.exists():
-            record = {"attempt": self.attempt, "host": socket.gethostname(), "pid": os.getpid()}
+            record = {
+                "attempt": self.attempt,
+                "lineage": self.lineage,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
             tmp = fence_dir / f".tmp-{mark.name}-{self._token}"
             _write(tmp, json.dumps({**record, "time": time.time()}).encode())
             _rename(tmp, mark)
@@ -424,11 +509,13 @@ class CheckpointManager:
         self._check_fence("start")  # re-read: a newer attempt may have recorded itself meanwhile
 
     def fence(self) -> int | None:
-        """The highest attempt that has started using the directory (None: no attempt recorded)."""
-        return read_fence(self.directory)
+        """The highest attempt of this lineage that has started using the directory (of any lineage,
+        without one; None: no attempt recorded)."""
+        return read_fence(self.directory, self.lineage)
 
     def check_fence(self) -> None:
-        """Raise ``FencedOff`` if a newer attempt has started; call before writing files of your own."""
+        """Raise ``FencedOff`` if a newer attempt of this lineage has started; call before writing files
+        of your own."""
         self._check_fence("")
 
     def _check_fence(self, refused: str) -> None:
@@ -441,7 +528,7 @@ class CheckpointManager:
 
     def _fenced_off(self, fence: int, refused: str) -> None:
         assert self.attempt is not None
-        error = FencedOff(self.attempt, fence, self.directory, refused)
+        error = FencedOff(self.attempt, fence, self.directory, refused, self.lineage)
         if self.fenced_by is None:
             print(error, file=sys.stderr, flush=True)
         self.fenced_by = fence
@@ -453,7 +540,8 @@ class CheckpointManager:
     def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
         """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention.
 
-        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt uses the directory.
+        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses
+        the directory.
         """
         self.last_step = step
         if metrics:
@@ -471,10 +559,16 @@ class CheckpointManager:
             "time": time.time(),
             "attempt": self._ordinal,
         }
+        if self.lineage is not None:
+            meta["lineage"] = self.lineage
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"step-{step:08d}"
-        # the writer in the name: cleanup tells an older attempt's dead save from a live one
-        tmp = self.directory / f".tmp-{final.name}-a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}"
+        # the writer in the name: cleanup tells an older attempt's dead save from a live one, and
+        # leaves another lineage's alone
+        writer = f"a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}"
+        tmp = (
+            self.directory / f".tmp-{final.name}-{writer}{'' if self.lineage is None else '@' + self.lineage}"
+        )
         tmp.mkdir()
         try:
             _write(tmp / f"state.{fmt}", payload)
@@ -503,8 +597,9 @@ class CheckpointManager:
     def _publish(self, tmp: Path, final: Path, step: int) -> list[Path]:
         """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first (returned).
 
-        Whatever is moved aside is inspected after the move, so a checkpoint that a newer attempt
-        published in the meantime is put back, never replaced.
+        Whatever is moved aside is inspected after the move, so a checkpoint that a newer attempt of
+        this lineage published in the meantime is put back, never replaced. (Another lineage's
+        checkpoint of the same step is replaced: there is one checkpoint per step.)
         """
         displaced: list[Path] = []
         for _ in range(PUBLISH_TRIES):
@@ -525,10 +620,12 @@ class CheckpointManager:
             displaced.append(aside)
             if not self._fencing:
                 continue
-            holder = _as_attempt((_read_meta(aside) or {}).get("attempt"))
+            held = _read_meta(aside) or {}
+            holder = _as_attempt(held.get("attempt"))
+            fences_us = self.lineage is None or _as_lineage(held.get("lineage")) == self.lineage
             refusal = f"save step {step}"
             try:
-                if holder is not None and self.attempt is not None and holder > self.attempt:
+                if holder is not None and self.attempt is not None and holder > self.attempt and fences_us:
                     self._fenced_off(max(holder, self.fence() or holder), refusal)
                 self._check_fence(refusal)
             except FencedOff:
@@ -560,6 +657,7 @@ class CheckpointManager:
             fencing=self._fencing,
             own_token=self._token,
             protect=protect,
+            lineage=self.lineage,
         )
         for path in plan.discard:
             _discard(path)
@@ -569,19 +667,21 @@ class CheckpointManager:
 
     # -- finding and loading ---------------------------------------------------------------------
     def checkpoints(self) -> list[Checkpoint]:
-        """Every complete checkpoint, one per step, oldest first by (attempt, step)."""
+        """Every complete checkpoint, one per step, oldest first: other lineages' by step, then this
+        lineage's by (attempt, step)."""
         self.start()
-        return choose(scan(self.directory))
+        return choose(scan(self.directory), self.lineage)
 
     def latest(self) -> Checkpoint | None:
-        """The newest complete checkpoint in the directory: the newest attempt's highest step."""
+        """The newest complete checkpoint for this process: its lineage's newest attempt's highest
+        step; when its lineage has none, the highest step of any other lineage."""
         complete = self.checkpoints()
         return complete[-1] if complete else None
 
     def resume_point(self) -> Checkpoint | None:
         """Where to resume: the newer of ``$KUBETRAIN_RESUME_FROM`` and the latest checkpoint here."""
         candidates = [c for c in (self.latest(), self._from_env()) if c is not None]
-        return max(candidates, key=order_key) if candidates else None
+        return max(candidates, key=lambda c: order_key(c, self.lineage)) if candidates else None
 
     def _from_env(self) -> Checkpoint | None:
         hint = os.environ.get(ENV_RESUME_FROM, "")

@@ -4,13 +4,25 @@ A job opts in with the ``kubetrain.dev/checkpoint-dir`` annotation (a path in
 the pods) and optionally ``kubetrain.dev/checkpoint-volume`` (a PVC mounted at
 that path; without one, an emptyDir is mounted there). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
 ``KUBETRAIN_RESUME_FROM`` (the latest checkpoint the controller has seen
-reported, so a recreated pod resumes from it) and ``KUBETRAIN_ATTEMPT``.
+reported, so a recreated pod resumes from it), ``KUBETRAIN_ATTEMPT`` and, when
+the job has a ``kubetrain.dev/lineage`` label, ``KUBETRAIN_LINEAGE``: the
+checkpoint directory's fence compares an attempt only with attempts of its own
+lineage, so a pipeline step that continues another job's checkpoints in the
+same directory is not taken for a stale attempt of that job.
 """
 
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.controller.runtimes.framework import JobView, Obj, env_value
+from kubetrain.controller.runtimes.framework import JobIdentity, JobView, Obj, env_value
+
+
+def job_labels(info: JobView) -> dict[str, str]:
+    """The job's labels; a v1 ``JobInfo`` and a TrainJob's build state both hold the job itself."""
+    if not isinstance(info, JobIdentity):
+        return {}
+    labels: dict[str, str] = info.job["metadata"].get("labels") or {}
+    return labels
 
 
 class CheckpointPlugin:
@@ -25,6 +37,9 @@ class CheckpointPlugin:
             env_value(naming.ENV_RESUME_FROM, info.annotations.get(naming.ANNOTATION_LAST_CHECKPOINT, "")),
             env_value(naming.ENV_ATTEMPT, info.annotations.get(naming.ANNOTATION_ATTEMPT, "1")),
         ]
+        lineage = job_labels(info).get(naming.LABEL_LINEAGE)
+        if lineage:
+            env.append(env_value(naming.ENV_LINEAGE, lineage))
         claim = info.annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
         spec = pod["spec"]
         containers = spec.get("containers") or []

@@ -2,8 +2,9 @@
 
 Each process is a tiny training loop using kubetrain.checkpoint, as a pod of one attempt would run
 it (``KUBETRAIN_ATTEMPT`` set, the report going to its termination message). Attempt 1 keeps
-running while attempt 2 starts on the same directory, as a pod on a partitioned node would. No
-cluster is needed.
+running while attempt 2 starts on the same directory, as a pod on a partitioned node would. The
+pipeline case adds a second lineage (``KUBETRAIN_LINEAGE``): a job continuing the first one's
+checkpoints in the same directory. No cluster is needed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ for step in range(start + 1, start + steps + 1):
     state = {"weight": state["weight"] + 1, "attempt": ckpt.attempt, "step": step}
     ckpt.save(json.dumps(state).encode(), step)
     for saved in ckpt.checkpoints():
-        if start < saved.step <= step and saved.attempt < ckpt.attempt:
+        if start < saved.step <= step and saved.lineage == ckpt.lineage and saved.attempt < ckpt.attempt:
             sys.exit(f"an older attempt replaced step {saved.step}")
     print("saved", step, flush=True)
 ckpt.write_report()
@@ -59,14 +60,16 @@ class Trainer:
         command: list[str] | None = None,
         extra_env: dict[str, str] | None = None,
         name: str = "",
+        lineage: str = "",
     ) -> None:
-        self.log = directory.parent / f"termination-log-{name or attempt}"
+        self.log = directory.parent / f"termination-log-{name or f'{lineage}{attempt}'}"
         env = {
             **os.environ,
             "RANK": "0",
             **(extra_env or {}),
             "KUBETRAIN_CHECKPOINT_DIR": str(directory),
             "KUBETRAIN_ATTEMPT": str(attempt),
+            "KUBETRAIN_LINEAGE": lineage,
             "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(self.log),
         }
         args = command or ["-c", TRAINER, str(directory), str(steps), "paced" if paced else "free"]
@@ -165,6 +168,63 @@ def test_an_attempt_that_outlives_its_job_is_fenced_off_by_the_next(tmp_path: Pa
         first.kill()
         if second is not None:
             second.kill()
+
+
+def test_a_pipeline_step_continues_a_retried_step_in_the_same_directory(tmp_path: Path) -> None:
+    # docs/kfp.md's pipeline: a PyTorchJob trains into the claim and was retried once; a TrainJob (a
+    # lineage of its own, at attempt 1) continues from its last checkpoint in the same directory.
+    directory = tmp_path / "ckpt"
+    first, continuation = "digits-pytorchjob-5f3a1c2e", "digits-trainjob-5f3a1c2e"
+    trainers = [first_try := Trainer(directory, attempt=1, steps=1000, paced=True, lineage=first)]
+    try:
+        first_try.steps(3)
+        first_try.expect("saved", 3)
+        trainers.append(retry := Trainer(directory, attempt=2, steps=2, paced=False, lineage=first))
+        assert retry.expect("resumed") == 3
+        assert retry.wait() == 0, retry.stderr()  # saved steps 4 and 5, attempt 2
+
+        trainers.append(cont := Trainer(directory, attempt=1, steps=1000, paced=True, lineage=continuation))
+        assert cont.expect("resumed") == 5, "not fenced off, and resumed from the first job's last step"
+        cont.steps(2)
+        cont.expect("saved", 7)
+        # Its step 7 (attempt 1) wins over the first job's step 5 (attempt 2): a retry resumes from it.
+        trainers.append(
+            cont_retry := Trainer(directory, attempt=2, steps=3, paced=False, lineage=continuation)
+        )
+        assert cont_retry.expect("resumed") == 7
+        assert cont_retry.wait() == 0, cont_retry.stderr()
+
+        for leftover, lineage in ((first_try, first), (cont, continuation)):
+            leftover.steps(1)  # still running, tries to save its next step
+            assert leftover.wait() == EXIT_FENCED, leftover.stderr()
+            message = leftover.stderr()
+            assert f"attempt 1 of lineage {lineage} is fenced off" in message, message
+            report = leftover.report()
+            assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
+
+        # Each lineage kept its last 3, and the continuation's retention left the first job's alone.
+        # Weight equal to step: the continuation carried on the first job's state, never mixing.
+        reader = CheckpointManager(directory, rank=1)
+        assert [
+            (c.lineage, c.attempt, c.step, json.loads(reader.load(c))["weight"]) for c in reader.checkpoints()
+        ] == [
+            (first, 1, 3, 3),
+            (first, 2, 4, 4),
+            (first, 2, 5, 5),
+            (continuation, 2, 8, 8),
+            (continuation, 2, 9, 9),
+            (continuation, 2, 10, 10),
+        ]
+        assert sorted(os.listdir(directory / ".fence")) == [
+            f"attempt-1@{first}",
+            f"attempt-1@{continuation}",
+            f"attempt-2@{first}",
+            f"attempt-2@{continuation}",
+        ]
+        assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
+    finally:
+        for trainer in trainers:
+            trainer.kill()
 
 
 def test_racing_attempts_leave_the_newest_attempts_checkpoints_intact(tmp_path: Path) -> None:

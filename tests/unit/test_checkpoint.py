@@ -247,7 +247,7 @@ def test_an_overwrite_never_replaces_a_newer_attempts_checkpoint(
     older.save(b"older", 5)
     newer = CheckpointManager(tmp_path, rank=0, attempt=2)
     newer.save(b"newer", 5)
-    monkeypatch.setattr(checkpoint, "read_fence", lambda directory: 1)
+    monkeypatch.setattr(checkpoint, "read_fence", lambda directory, lineage=None: 1)
     with pytest.raises(FencedOff) as fenced:
         older.save(b"older again", 5)
     assert fenced.value.fence == 2
@@ -339,7 +339,11 @@ def test_retention_never_deletes_a_newer_attempts_checkpoints(
 
 
 def entry(name: str, kind: str, step: int, **fields: Any) -> Entry:
-    meta = {"step": step, "attempt": fields.pop("meta_attempt")} if "meta_attempt" in fields else None
+    meta: dict[str, Any] | None = None
+    if "meta_attempt" in fields:
+        meta = {"step": step, "attempt": fields.pop("meta_attempt")}
+        if fields.get("lineage") is not None and kind != "tmp":
+            meta["lineage"] = fields["lineage"]
     return Entry(Path(name), kind, step, complete=meta is not None, meta=meta, **fields)
 
 
@@ -380,6 +384,169 @@ def test_the_clean_up_plan() -> None:
     plan = plan_cleanup(entries, keep=1, attempt=3, fencing=True, own_token="me", protect=Path("step-3"))
     assert Path("step-4") not in plan.discard and Path("step-3") not in plan.discard
     assert Path(".trash-step-5-c") in plan.discard
+
+
+# -- lineages: one directory passed from one job to the next -----------------------------------
+FIRST, CONTINUATION = "digits-pytorchjob-5f3a1c2e", "digits-trainjob-5f3a1c2e"
+
+
+def lineage_of(directory: Path, lineage: str | None, attempt: int, keep: int = 3) -> CheckpointManager:
+    return CheckpointManager(directory, rank=0, attempt=attempt, lineage=lineage, keep=keep)
+
+
+def test_each_lineage_is_fenced_only_by_its_own_attempts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first_try = lineage_of(tmp_path, FIRST, 1)
+    first_try.save(b"a1", 20)
+    lineage_of(tmp_path, FIRST, 2).save(b"a2", 40)  # the first pipeline step was retried
+    continuation = lineage_of(tmp_path, CONTINUATION, 1)
+    assert continuation.load_latest() == (b"a2", 40), "a new lineage at attempt 1 is not fenced off"
+    continuation.save(b"b1", 60)
+    assert sorted(os.listdir(tmp_path / ".fence")) == [
+        f"attempt-1@{FIRST}",
+        f"attempt-1@{CONTINUATION}",
+        f"attempt-2@{FIRST}",
+    ]
+    assert (read_fence(tmp_path, FIRST), read_fence(tmp_path, CONTINUATION)) == (2, 1)
+    with pytest.raises(FencedOff) as fenced:
+        first_try.save(b"late", 80)  # the first step's first attempt, still running somewhere
+    assert (fenced.value.attempt, fenced.value.fence, fenced.value.lineage) == (1, 2, FIRST)
+    message = capsys.readouterr().err
+    assert f"attempt 1 of lineage {FIRST} is fenced off" in message
+    assert f"attempt 2 of lineage {FIRST} has started" in message
+    lineage_of(tmp_path, CONTINUATION, 2).start()
+    with pytest.raises(FencedOff):
+        continuation.save(b"late", 80)
+    assert [(c.lineage, c.step) for c in CheckpointManager(tmp_path, rank=1).checkpoints()] == [
+        (FIRST, 20),
+        (FIRST, 40),
+        (CONTINUATION, 60),
+    ]
+
+
+def test_a_lineages_own_checkpoints_win_whatever_the_attempts_and_steps(tmp_path: Path) -> None:
+    lineage_of(tmp_path, FIRST, 1).save(b"a1", 20)
+    lineage_of(tmp_path, FIRST, 2).save(b"a2", 60)
+    continuation = lineage_of(tmp_path, CONTINUATION, 1)
+    continuation.save(b"b1", 80)
+    # By (attempt, step) across lineages, the first job's step 60 (attempt 2) would win.
+    assert continuation.latest().step == 80  # type: ignore[union-attr]
+    assert lineage_of(tmp_path, CONTINUATION, 2).load_latest() == (b"b1", 80), "a retry resumes from its own"
+    assert lineage_of(tmp_path, FIRST, 2).load_latest() == (b"a2", 60), "the first job still sees its own"
+    # Its own come first even below another lineage's highest step (it started over).
+    restart = tmp_path / "restart"
+    lineage_of(restart, FIRST, 2).save(b"a2", 100)
+    lineage_of(restart, CONTINUATION, 1).save(b"from scratch", 10)
+    assert lineage_of(restart, CONTINUATION, 1).load_latest() == (b"from scratch", 10)
+
+
+def test_without_its_own_a_lineage_resumes_from_the_highest_step_of_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lineage_of(tmp_path, FIRST, 2).save(b"a2", 40)
+    lineage_of(tmp_path, "other-run", 5).save(b"other", 60)
+    assert lineage_of(tmp_path, CONTINUATION, 1).load_latest() == (b"other", 60)
+    # The hint (the last checkpoint the previous step reported) counts the same way.
+    monkeypatch.setenv("KUBETRAIN_RESUME_FROM", str(tmp_path / "step-00000040"))
+    assert lineage_of(tmp_path, CONTINUATION, 1).resume_point().step == 60  # type: ignore[union-attr]
+    (tmp_path / "step-00000060" / "COMPLETE").unlink()
+    assert lineage_of(tmp_path, CONTINUATION, 1).load_latest() == (b"a2", 40)
+
+
+def test_retention_only_deletes_the_callers_own_lineage(tmp_path: Path) -> None:
+    first = lineage_of(tmp_path, FIRST, 2, keep=2)
+    for step in (10, 20, 30):
+        first.save(b"a", step)
+    continuation = lineage_of(tmp_path, CONTINUATION, 1, keep=2)
+    for step in (40, 50, 60):
+        continuation.save(b"b", step)
+    left = [(c.lineage, c.step) for c in continuation.checkpoints()]
+    assert left == [(FIRST, 20), (FIRST, 30), (CONTINUATION, 50), (CONTINUATION, 60)]
+    lineage_of(tmp_path, FIRST, 3, keep=1).save(b"a", 70)  # the first job's lineage again
+    left = [(c.lineage, c.step) for c in continuation.checkpoints()]
+    assert left == [(FIRST, 70), (CONTINUATION, 50), (CONTINUATION, 60)]
+
+
+def test_a_continuation_saving_a_step_the_previous_lineage_holds_is_not_fenced(tmp_path: Path) -> None:
+    # The holder's attempt (2) is higher, but of another lineage: no reason to stop.
+    lineage_of(tmp_path, FIRST, 2).save(b"a2", 60)
+    continuation = lineage_of(tmp_path, CONTINUATION, 1)
+    continuation.save(b"b1", 60)
+    assert continuation.load_latest() == (b"b1", 60)
+    assert [(c.lineage, c.step) for c in continuation.checkpoints()] == [(CONTINUATION, 60)]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
+
+
+def test_leftovers_of_another_lineage_are_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lineage_of(tmp_path, FIRST, 1).save(b"a1", 10)
+    crashing = lineage_of(tmp_path, CONTINUATION, 1)
+    crashing.start()
+    with monkeypatch.context() as patched:
+        Injector(patched, crash_at=1)  # dies after writing its state file
+        with pytest.raises(Crash):
+            crashing.save(b"b1", 20)
+    (leftover,) = tmp_path.glob(".tmp-*")
+    assert leftover.name.endswith(f"@{CONTINUATION}"), "a save in progress names its lineage"
+    os.utime(leftover, (0, 0))  # long untouched
+    lineage_of(tmp_path, FIRST, 2).save(b"a2", 30)
+    assert leftover.exists(), "another lineage's save is not this lineage's to judge"
+    lineage_of(tmp_path, CONTINUATION, 2).save(b"b2", 40)
+    assert not leftover.exists(), "the next attempt of its own lineage removes it"
+
+
+def test_the_clean_up_plan_across_lineages() -> None:
+    entries = [
+        entry("step-1", "step", 1, meta_attempt=1, lineage="a", attempt=1),
+        entry("step-2", "step", 2, meta_attempt=9, lineage="b", attempt=9),  # another lineage's
+        entry("step-3", "step", 3, meta_attempt=1, lineage="a", attempt=1),
+        entry("step-4", "step", 4, meta_attempt=1, lineage="a", attempt=1),
+        entry(".trash-step-3-a", "trash", 3, meta_attempt=1, lineage="a", attempt=1),  # superseded, ours
+        entry(".trash-step-3-b", "trash", 3, meta_attempt=1, lineage="b", attempt=1),  # superseded, theirs
+        entry(".trash-step-5-b", "trash", 5, meta_attempt=1, lineage="b", attempt=1),  # their only copy
+        entry(".trash-step-6-x", "trash", 6, attempt=None),  # half deleted: nobody's
+        entry(".tmp-step-7-a1-x@a", "tmp", 7, attempt=1, lineage="a", token="x"),  # fenced off
+        entry(".tmp-step-7-a1-y@b", "tmp", 7, attempt=1, lineage="b", token="y", age=STALE_SECONDS + 1),
+        entry(".tmp-step-7-a1-z", "tmp", 7, attempt=1, token="z", age=STALE_SECONDS + 1),  # unlabelled
+    ]
+    plan = plan_cleanup(entries, keep=2, attempt=2, fencing=True, own_token="me", lineage="a")
+    assert plan.restore == []
+    assert sorted(str(p) for p in plan.discard) == [
+        ".tmp-step-7-a1-x@a",
+        ".trash-step-3-a",
+        ".trash-step-6-x",
+        "step-1",
+    ]
+    # Unlabelled is a lineage of its own: it keeps its hands off the others' checkpoints too.
+    plan = plan_cleanup(entries, keep=1, attempt=2, fencing=True, own_token="me")
+    assert sorted(str(p) for p in plan.discard) == [".tmp-step-7-a1-z", ".trash-step-6-x"]
+
+
+def test_an_unlabelled_attempt_is_fenced_by_any_lineage(tmp_path: Path) -> None:
+    # A job submitted without a lineage label and resubmitted with one (its name): the first
+    # attempt is fenced off by the second, and the second resumes from the first's checkpoint.
+    unlabelled = lineage_of(tmp_path, None, 1)
+    unlabelled.save(b"first", 10)
+    resubmitted = lineage_of(tmp_path, "train", 2)
+    assert resubmitted.load_latest() == (b"first", 10)
+    with pytest.raises(FencedOff) as fenced:
+        unlabelled.save(b"late", 20)
+    assert (fenced.value.fence, fenced.value.lineage) == (2, None)
+    assert read_fence(tmp_path) == 2 and read_fence(tmp_path, "train") == 2
+
+
+def test_the_lineage_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_LINEAGE", CONTINUATION)
+    monkeypatch.setenv("KUBETRAIN_ATTEMPT", "1")
+    ckpt = CheckpointManager(tmp_path, rank=0)
+    saved = ckpt.save(b"x", 1)
+    assert saved is not None and ckpt.lineage == saved.lineage == CONTINUATION
+    assert read_fence(tmp_path, CONTINUATION) == 1
+    monkeypatch.setenv("KUBETRAIN_LINEAGE", "")
+    assert CheckpointManager(tmp_path).lineage is None
+    monkeypatch.setenv("KUBETRAIN_LINEAGE", "../elsewhere")
+    with pytest.raises(ValueError, match="KUBETRAIN_LINEAGE must be a Kubernetes label value"):
+        CheckpointManager(tmp_path)
 
 
 KILLER = """
