@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import Jobs, eventually, pytorchjob, runs_for, trainjob, training_runtime
+from tests.support import Jobs, eventually, pytorchjob, runs_for, training_runtime, trainjob
 
 
 @pytest.fixture(scope="module")
