@@ -10,7 +10,8 @@ Failed. Otherwise the rules are upstream's:
 * a Failed=True job is terminal: no further condition changes;
 * the same type with the same status and reason is left alone (timestamps too);
 * Running and Restarting replace each other;
-* finishing (Succeeded or Failed) turns Running and Restarting to False.
+* finishing (Succeeded or Failed) turns Running and Restarting to False (and
+  ReplicaFailure: a finished job creates nothing more).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
+REPLICA_FAILURE = "ReplicaFailure"  # pods cannot be created (as ReplicaSets say it), while retrying
 
 Condition = dict[str, Any]
 
@@ -73,7 +75,9 @@ def set_condition(
     if true and ctype == RUNNING:
         kept = [c for c in kept if c.get("type") != RESTARTING]
     if true and ctype in (SUCCEEDED, FAILED):
-        kept = [_falsified(c, now) if c.get("type") in (RUNNING, RESTARTING) else c for c in kept]
+        kept = [
+            _falsified(c, now) if c.get("type") in (RUNNING, RESTARTING, REPLICA_FAILURE) else c for c in kept
+        ]
     kept.append(new)
     status["conditions"] = [c for c in kept if c.get("status") != "True"] + [
         c for c in kept if c.get("status") == "True"
@@ -86,6 +90,16 @@ def set_false(status: dict[str, Any], ctype: str, *, reason: str, message: str, 
     if find(status, ctype) is None:
         return False
     return set_condition(status, ctype, reason=reason, message=message, now=now, true=False)
+
+
+def remove(status: dict[str, Any], ctype: str) -> bool:
+    """Drop a condition; returns whether it was there."""
+    conditions = status.get("conditions") or []
+    kept = [c for c in conditions if c.get("type") != ctype]
+    if len(kept) == len(conditions):
+        return False
+    status["conditions"] = kept
+    return True
 
 
 def _falsified(condition: Condition, now: str) -> Condition:

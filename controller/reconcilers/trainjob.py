@@ -59,12 +59,14 @@ from kubetrain.controller.kube.resources import (
     Resource,
 )
 from kubetrain.controller.reconcilers import handlers, jobset
+from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
 from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
     Ownership,
+    Rejections,
     check_existing,
     name_conflict,
     ownership,
@@ -85,8 +87,6 @@ CREATED = "Created"  # only while the runtime is missing: upstream TrainJobs hav
 RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 BUILD_ERROR = "BuildError"
 RUNTIME_MISSING_RETRY = 10.0
-# Passes in a row whose pod creates the API server rejects as invalid before the TrainJob fails.
-REJECTED_PASSES = 3
 UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -193,7 +193,7 @@ class TrainJobReconciler:
         self.clock = clock
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
-        self._rejected_passes: dict[str, int] = {}
+        self.rejections = Rejections()
         managed = set(settings.managed_by)
         if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
@@ -213,7 +213,7 @@ class TrainJobReconciler:
 
     def _forget(self, key: str) -> None:
         self._snapshot_runtimes.pop(key, None)
-        self._rejected_passes.pop(key, None)
+        self.rejections.forget(key)
 
     def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
@@ -278,18 +278,26 @@ class TrainJobReconciler:
             result = await self._active(ctx, info)
         except ChildRejectedError as rejected:
             return await self._rejected(ctx, info, rejected)
-        self._rejected_passes.pop(key, None)
+        self.rejections.forget(key)
         return result
 
     async def _rejected(self, ctx: _Pass, info: TrainJobInfo | None, rejected: ChildRejectedError) -> Result:
-        """A child the API server will not take: fail the TrainJob (at once, or once it keeps happening)."""
-        passes = self._rejected_passes.get(ctx.key, 0) + 1
-        if not rejected.immediate and passes < REJECTED_PASSES:
-            self._rejected_passes[ctx.key] = passes
-            raise RetryLaterError(f"{rejected} (pass {passes} of {REJECTED_PASSES} before the job fails)")
-        self._rejected_passes.pop(ctx.key, None)
-        await self._finish(ctx, info, False, rejected.reason, f"TrainJob {ctx.key} has failed: {rejected}")
-        return self._ttl_result(ctx)
+        """A child the API server will not take: fail the TrainJob, or say why while trying again."""
+        if self.rejections.fails_job(ctx.key, rejected):
+            await self._finish(
+                ctx, info, False, rejected.reason, f"TrainJob {ctx.key} has failed: {rejected}"
+            )
+            return self._ttl_result(ctx)
+        if rejected.fail_after is None and set_condition(
+            ctx.status,
+            REPLICA_FAILURE,
+            true=True,
+            reason=rejected.reason,
+            message=str(rejected),
+            now=ctx.stamp,
+        ):
+            await self._write_status(ctx)
+        raise RetryLaterError(str(rejected))
 
     async def _active(self, ctx: _Pass, info: TrainJobInfo) -> Result:
         """A TrainJob that has not finished: suspend it, or resume it and run it."""
@@ -396,6 +404,9 @@ class TrainJobReconciler:
             return_exceptions=True,
         )
         raise_first_failure(outcomes)
+        if find_condition(status, REPLICA_FAILURE) is not None:  # the pods could be created again
+            remove_condition(status, REPLICA_FAILURE)
+            await self._write_status(ctx)
         for warning in dict.fromkeys(info.warnings):
             self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
         if creates:
@@ -498,6 +509,7 @@ class TrainJobReconciler:
         self, ctx: _Pass, info: TrainJobInfo | None, complete: bool, reason: str, message: str
     ) -> None:
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
+        remove_condition(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
         set_condition(
             ctx.status,
             COMPLETE if complete else FAILED,

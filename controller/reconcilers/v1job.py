@@ -56,6 +56,7 @@ from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
     Ownership,
+    Rejections,
     check_existing,
     name_conflict,
     ownership,
@@ -77,8 +78,6 @@ log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"
 COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
-# Passes in a row whose pod creates the API server rejects as invalid before the job fails.
-REJECTED_PASSES = 3
 UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
 
 
@@ -159,7 +158,7 @@ class V1JobReconciler:
         self.name = framework.kind.lower()
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._last_write: dict[str, float] = {}
-        self._rejected_passes: dict[str, int] = {}
+        self.rejections = Rejections()
 
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
@@ -176,7 +175,7 @@ class V1JobReconciler:
 
     def _forget(self, key: str) -> None:
         self._last_write.pop(key, None)
-        self._rejected_passes.pop(key, None)
+        self.rejections.forget(key)
 
     # -- reconcile -------------------------------------------------------------------------------------
     def manages(self, job: Obj) -> bool:
@@ -220,7 +219,7 @@ class V1JobReconciler:
             result = await self._active(ctx)
         except ChildRejectedError as rejected:
             return await self._rejected(ctx, key, rejected)
-        self._rejected_passes.pop(key, None)
+        self.rejections.forget(key)
         return result
 
     async def _active(self, ctx: _Pass) -> Result:
@@ -241,17 +240,18 @@ class V1JobReconciler:
         return await self._run(ctx)
 
     async def _rejected(self, ctx: _Pass, key: str, rejected: ChildRejectedError) -> Result:
-        """A child the API server will not take: fail the job (at once, or once it keeps happening)."""
-        passes = self._rejected_passes.get(key, 0) + 1
-        if not rejected.immediate and passes < REJECTED_PASSES:
-            self._rejected_passes[key] = passes
-            raise RetryLaterError(f"{rejected} (pass {passes} of {REJECTED_PASSES} before the job fails)")
-        self._rejected_passes.pop(key, None)
-        kind, name = self.framework.kind, ctx.info.name
-        await self._finish(
-            ctx, succeeded=False, reason=rejected.reason, message=f"{kind} {name} has failed: {rejected}"
-        )
-        return self._ttl_result(ctx)
+        """A child the API server will not take: fail the job, or say why while trying again."""
+        if self.rejections.fails_job(key, rejected):
+            kind, name = self.framework.kind, ctx.info.name
+            await self._finish(
+                ctx, succeeded=False, reason=rejected.reason, message=f"{kind} {name} has failed: {rejected}"
+            )
+            return self._ttl_result(ctx)
+        if rejected.fail_after is None and cond.set_condition(
+            ctx.status, cond.REPLICA_FAILURE, reason=rejected.reason, message=str(rejected), now=ctx.stamp
+        ):
+            await self._write_status(ctx)
+        raise RetryLaterError(str(rejected))
 
     async def _run(self, ctx: _Pass) -> Result:
         kind, info, status = self.framework.kind, ctx.info, ctx.status
@@ -307,6 +307,8 @@ class V1JobReconciler:
             return_exceptions=True,
         )
         raise_first_failure(outcomes)
+        if cond.remove(status, cond.REPLICA_FAILURE):  # the pods could be created again
+            await self._write_status(ctx)
         await self.writer.delete_all(info.job, PODS, work.delete_pods)
         await self.writer.delete_all(info.job, SERVICES, work.delete_services)
         if work.create_pods or work.delete_pods:

@@ -17,6 +17,12 @@ Shared by the v1 job and TrainJob reconcilers.
   earlier job of the same name that is still being deleted is waited for; one
   owned by anything else is a name conflict that fails the job
   (``ChildRejectedError``) instead of leaving it waiting forever.
+* **A refusal says why.** A child the API server finds invalid (422, or 400
+  when it cannot even decode it) fails the job once it has happened on a few
+  passes in a row: no retry can fix the template. One it forbids (403: a
+  quota, a missing service account or priority class, an admission policy)
+  may be allowed later, so the job keeps trying, with a ``ReplicaFailure``
+  condition (as a ReplicaSet has) carrying the API server's message meanwhile.
 * The training report that rank 0 leaves as its termination message is copied
   into the job's annotations.
 """
@@ -42,6 +48,8 @@ from kubetrain.controller.runtimes.framework import Obj
 
 NAME_CONFLICT = "NameConflict"
 INVALID_POD_TEMPLATE = "InvalidPodTemplate"
+FAILED_CREATE = "FailedCreate"
+INVALID_PASSES = 3  # passes in a row with an invalid child before the job fails
 
 
 def raise_first_failure(outcomes: Sequence[object]) -> None:
@@ -88,18 +96,39 @@ def holder(obj: Obj) -> str:
 
 
 class ChildRejectedError(Exception):
-    """The API server will not take a child of this job, whatever the next pass does.
+    """The API server will not take a child of this job.
 
-    ``reason`` is the job condition's reason. ``immediate`` failures (a name taken by another
-    owner) fail the job at once; the others (a template the API server finds invalid) fail it once
-    they have repeated for a few passes.
+    ``reason`` is the condition's reason. ``fail_after`` is how many passes in a row this may
+    happen before the job fails (1: at once); None means never: the job reports it in a
+    ``ReplicaFailure`` condition and keeps trying.
     """
 
-    def __init__(self, reason: str, message: str, *, immediate: bool) -> None:
+    def __init__(self, reason: str, message: str, *, fail_after: int | None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
-        self.immediate = immediate
+        self.fail_after = fail_after
+
+
+class Rejections:
+    """Per job, how many passes in a row its children were rejected: when that fails the job."""
+
+    def __init__(self) -> None:
+        self._passes: dict[str, int] = {}
+
+    def fails_job(self, key: str, rejected: ChildRejectedError) -> bool:
+        """Count this pass's rejection; True when the job must fail now."""
+        if rejected.fail_after is None:
+            return False
+        passes = self._passes.get(key, 0) + 1
+        if passes >= rejected.fail_after:
+            self._passes.pop(key, None)
+            return True
+        self._passes[key] = passes
+        return False
+
+    def forget(self, key: str) -> None:
+        self._passes.pop(key, None)
 
 
 def name_conflict(resource: Resource, name: str, obj: Obj) -> ChildRejectedError:
@@ -107,8 +136,24 @@ def name_conflict(resource: Resource, name: str, obj: Obj) -> ChildRejectedError
         NAME_CONFLICT,
         f"{resource.kind} {name} already exists and belongs to {holder(obj)}, not to this job; "
         "rename the job or delete that object",
-        immediate=True,
+        fail_after=1,
     )
+
+
+def refusal(resource: Resource, name: str, error: errors.APIError) -> ChildRejectedError | None:
+    """What a create's API error means for the job, beyond a retry: invalid (fails it after a few
+    passes), forbidden (a condition says so while it retries), or nothing."""
+    if error.status in (400, 422):
+        return ChildRejectedError(
+            INVALID_POD_TEMPLATE,
+            f"the API server rejects {resource.kind.lower()} {name}: {error.message}",
+            fail_after=INVALID_PASSES,
+        )
+    if error.status == 403:
+        return ChildRejectedError(
+            FAILED_CREATE, f"cannot create {resource.kind.lower()} {name}: {error.message}", fail_after=None
+        )
+    return None
 
 
 async def check_existing(kube: KubeClient, owner: Obj, resource: Resource, name: str) -> Obj | None:
@@ -186,12 +231,9 @@ class ChildWriter:
             text = first.message
             more = f" (and {len(failures) - 1} more in this batch)" if len(failures) > 1 else ""
             self.recorder.event(owner, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {text}{more}")
-        if isinstance(first, errors.APIInvalidError) and resource is PODS:
-            raise ChildRejectedError(
-                INVALID_POD_TEMPLATE,
-                f"the API server rejects pod {name}: {first.message}",
-                immediate=False,
-            ) from first
+        rejected = refusal(resource, name, first) if isinstance(first, errors.APIError) else None
+        if rejected is not None:
+            raise rejected from first
         raise first
 
     async def delete_all(self, owner: Obj, resource: Resource, objs: Iterable[Obj]) -> None:

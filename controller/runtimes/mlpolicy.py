@@ -22,7 +22,7 @@ from kubetrain import naming, quantity
 from kubetrain.controller.kube.resources import CONFIGMAPS, SECRETS
 from kubetrain.controller.kube.strategic import upsert_env
 from kubetrain.controller.runtimes.framework import Obj
-from kubetrain.controller.runtimes.trainjob import NODE, Extra, PodSet, TrainJobInfo
+from kubetrain.controller.runtimes.trainjob import NODE, BuildError, Extra, PodSet, TrainJobInfo
 
 PORT = 29500
 LAUNCHER = "launcher"
@@ -68,11 +68,21 @@ def cpus_per_node(resources: Obj) -> int:
 
 
 def _node_resources(info: TrainJobInfo, trainer: PodSet) -> Obj:
+    """One node's resources, checked: a value that is not a quantity names its field."""
     override = (info.spec.get("trainer") or {}).get("resourcesPerNode")
-    if override:
-        return dict(override)
-    container = trainer.container(NODE) or {}
-    return dict(container.get("resources") or {})
+    where = (
+        "spec.trainer.resourcesPerNode"
+        if override
+        else f"the resources of container {NODE} of the runtime's replicated job {trainer.name}"
+    )
+    resources = dict(override or (trainer.container(NODE) or {}).get("resources") or {})
+    for kind in ("requests", "limits"):
+        for name, value in (resources.get(kind) or {}).items():
+            try:
+                quantity.ceil(value)
+            except ValueError as exc:
+                raise BuildError(f"{where}: {kind}.{name} {value!r} is not a quantity ({exc})") from exc
+    return resources
 
 
 def _trainer_container(info: TrainJobInfo) -> tuple[PodSet, Obj] | None:

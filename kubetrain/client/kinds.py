@@ -166,4 +166,9 @@ def status_line(job: Obj) -> str:
     )
     if checkpoint:
         parts.append(f"last checkpoint {checkpoint}")
+    refused = next(
+        (c for c in conditions(job) if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None
+    )
+    if refused is not None:  # the controller keeps trying; the user may have to act
+        parts.append(str(refused.get("message") or refused.get("reason")))
     return "; ".join(parts)

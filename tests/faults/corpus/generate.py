@@ -22,10 +22,6 @@ Obj = dict[str, Any]
 IMAGE = "example.com/train:1"
 HANG = {"sim.kubetrain.dev/outcome": "hang"}  # a pod that starts never ends, so nothing succeeds early
 MAX_ID = 45  # leaves room for the longest child-name suffix of every base
-# What an entry marked ``needs`` waits for (the test skips it with that reason until the fix lands).
-NEEDS_SERVICE_422 = "controller-service-422"  # a Service create answered 422 fails the job the same way
-NEEDS_REFUSED = "controller-pod-refused"  # a pod create answered 400 fails the job; 403 sets a condition
-NEEDS_QUANTITY = "quantity-build-error"  # a resource quantity the ML policy cannot parse is a BuildError
 
 
 # -- JSON Patch operations --------------------------------------------------------------------------
@@ -326,7 +322,6 @@ def v1_pod_api(k: V1Kind) -> Iterator[Obj]:
         "a CPU limit that is not a quantity: the Pod API cannot decode the pod (400)",
         on_every_type(*main, "resources", value={"limits": {"cpu": "lots"}}),
         failed="quantities must match",
-        needs=NEEDS_REFUSED,
     )
     forbidden = [
         ("pod-priority-class-missing", "a priorityClassName that does not exist (admission answers 403)", "priorityClassName", "no-such-priority"),
@@ -334,7 +329,7 @@ def v1_pod_api(k: V1Kind) -> Iterator[Obj]:
     ]  # fmt: skip
     for name, why, field, missing in forbidden:
         patch = on_every_type("spec", field, value=missing)
-        yield entry(f"{k.prefix}-{name}", k.kind, why, patch, waiting=missing, needs=NEEDS_REFUSED)
+        yield entry(f"{k.prefix}-{name}", k.kind, why, patch, waiting=missing)
     # A named port of the framework's container also becomes a port of the replica's Service, which the
     # Service API refuses first.
     yield entry(
@@ -343,7 +338,6 @@ def v1_pod_api(k: V1Kind) -> Iterator[Obj]:
         f"a named port above 65535 on the {k.container} container: its Service is refused",
         on_every_type(*main, "ports", value=[{"name": "metrics", "containerPort": 70000}]),
         failed="spec.ports[0].port",
-        needs=NEEDS_SERVICE_422,
     )
 
 
@@ -479,7 +473,7 @@ def trainjob() -> Iterator[Obj]:
         ("tj-image-empty", "spec.trainer.image set to an empty string", [add(trainer + "/image", "")], "failed", "spec.containers[0].image", None),
         ("tj-limits-below-requests", "resourcesPerNode with a CPU limit below the request", [add(trainer + "/resourcesPerNode", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})], "failed", "spec.containers[0].resources.requests", None),
         ("tj-env-name-invalid", "an env name with '='", [add(trainer + "/env", [{"name": "A=B", "value": "1"}])], "failed", "spec.containers[0].env", None),
-        ("tj-quantity-invalid", "a GPU count that is not a quantity: the ML policy cannot count GPUs", [add(trainer + "/resourcesPerNode", {"limits": {"nvidia.com/gpu": "lots"}})], "failed", "spec.trainer.resourcesPerNode", NEEDS_QUANTITY),
+        ("tj-quantity-invalid", "a GPU count that is not a quantity: the ML policy cannot count GPUs", [add(trainer + "/resourcesPerNode", {"limits": {"nvidia.com/gpu": "lots"}})], "failed", "spec.trainer.resourcesPerNode", None),
         ("tj-patch-mount-without-volume", "a runtime patch mounting a volume nobody defines", [add("/spec/runtimePatches", [{"manager": "example.com/m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "volumeMounts": [{"name": "ghost", "mountPath": "/g"}]}]}}}}}]}}}}])], "failed", "volumeMounts[0].name", None),
     ]  # fmt: skip
     for id, why, patch, outcome, message, needs in accepted:

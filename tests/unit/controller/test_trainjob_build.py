@@ -448,3 +448,18 @@ def test_the_build_never_changes_the_runtime() -> None:
     before = copy.deepcopy(rt)
     build(trainjob({"trainer": {"numNodes": 4, "env": [{"name": "A", "value": "1"}]}}), rt)
     assert rt == before
+
+
+def test_a_name_too_long_for_the_runtimes_hostnames_names_the_longest_allowed() -> None:
+    job = trainjob({"trainer": {"numNodes": 2}})
+    job["metadata"]["name"] = "n" * 57
+    with pytest.raises(BuildError, match="more than 63; use a name of at most 54 characters"):
+        build(job, runtime("torch-distributed"))
+    job["metadata"]["name"] = "n" * 54
+    build(job, runtime("torch-distributed"))
+
+
+def test_resources_that_are_not_quantities_name_their_field() -> None:
+    job = trainjob({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}}})
+    with pytest.raises(BuildError, match=r"spec.trainer.resourcesPerNode: limits.nvidia.com/gpu 'lots'"):
+        build(job, runtime("torch-distributed"))

@@ -23,6 +23,7 @@ from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
     Ownership,
+    Rejections,
     ownership,
 )
 
@@ -129,9 +130,9 @@ def api_error(cls: type[errors.APIError], status: int, message: str = "no") -> e
 
 
 async def test_creates_go_in_slow_start_batches_that_stop_at_the_first_error() -> None:
-    kube = FakeKube({"p3": api_error(errors.APIError, 403, "exceeded quota")})
+    kube = FakeKube({"p3": api_error(errors.APIServerError, 500, "etcdserver: request timed out")})
     child_writer, expectations = writer(kube)
-    with pytest.raises(errors.APIError, match="exceeded quota"):
+    with pytest.raises(errors.APIServerError, match="timed out"):
         await child_writer.create_all(JOB, PODS, bodies(20), track=True)
     # Batches of 1, 2, 4: p3 is in the third batch, which ends the pass; p7 onwards never went out.
     assert [name for _, name in kube.calls] == [f"p{i}" for i in range(7)]
@@ -166,7 +167,7 @@ async def test_a_name_held_by_another_job_is_a_conflict_that_names_the_holder() 
     child_writer, _ = writer(kube)
     with pytest.raises(ChildRejectedError) as raised:
         await child_writer.create_all(JOB, PODS, bodies(1), track=True)
-    assert raised.value.reason == NAME_CONFLICT and raised.value.immediate
+    assert raised.value.reason == NAME_CONFLICT and raised.value.fail_after == 1
     assert "Pod p0 already exists and belongs to TFJob j" in raised.value.message
 
 
@@ -185,5 +186,24 @@ async def test_a_pod_the_api_server_finds_invalid_is_rejected_with_its_message()
     child_writer, _ = writer(kube)
     with pytest.raises(ChildRejectedError) as raised:
         await child_writer.create_all(JOB, PODS, bodies(4), track=True)
-    assert raised.value.reason == INVALID_POD_TEMPLATE and not raised.value.immediate
+    assert raised.value.reason == INVALID_POD_TEMPLATE and raised.value.fail_after == 3
     assert "spec.containers[0].name: Invalid value" in raised.value.message
+
+
+async def test_a_forbidden_pod_is_a_refusal_the_job_reports_while_it_keeps_trying() -> None:
+    kube = FakeKube({"p0": api_error(errors.APIError, 403, 'pods "p0" is forbidden: exceeded quota')})
+    child_writer, _ = writer(kube)
+    with pytest.raises(ChildRejectedError) as raised:
+        await child_writer.create_all(JOB, PODS, bodies(2), track=True)
+    assert raised.value.fail_after is None and "exceeded quota" in raised.value.message
+    rejections = Rejections()
+    assert not any(rejections.fails_job("ns/j", raised.value) for _ in range(10))
+
+
+def test_an_invalid_child_fails_the_job_on_the_third_pass_in_a_row() -> None:
+    rejections = Rejections()
+    invalid = ChildRejectedError(INVALID_POD_TEMPLATE, "bad", fail_after=3)
+    assert [rejections.fails_job("ns/j", invalid) for _ in range(3)] == [False, False, True]
+    rejections.fails_job("ns/j", invalid)
+    rejections.forget("ns/j")  # a pass that went through starts the count again
+    assert [rejections.fails_job("ns/j", invalid) for _ in range(3)] == [False, False, True]

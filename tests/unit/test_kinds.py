@@ -1,0 +1,40 @@
+"""How the clients (CLI, Airflow, KFP) put a job's state into one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.client.kinds import state, status_line
+
+
+def job(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "mnist", "namespace": "team"},
+        "status": {"conditions": list(conditions), **status},
+    }
+
+
+def condition(ctype: str, status: str = "True", **fields: str) -> dict[str, Any]:
+    return {"type": ctype, "status": status, **fields}
+
+
+def test_pods_the_api_server_forbids_are_in_the_status_line_while_the_controller_retries() -> None:
+    waiting = job(
+        condition("Created"),
+        condition(
+            "ReplicaFailure",
+            reason="FailedCreate",
+            message="cannot create pod mnist-master-0: exceeded quota",
+        ),
+    )
+    assert state(waiting) == "Pending"
+    assert status_line(waiting).endswith("cannot create pod mnist-master-0: exceeded quota")
+    recovered = job(condition("Created"), condition("Running"))
+    assert "cannot create" not in status_line(recovered)
+
+
+def test_the_line_names_the_state_the_replicas_and_the_restarts() -> None:
+    running = job(condition("Running"), replicaStatuses={"Worker": {"active": 2}}, restartCount=1)
+    assert status_line(running) == "PyTorchJob team/mnist: Running; Worker active 2; restarts 1"
