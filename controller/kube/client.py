@@ -308,7 +308,12 @@ class KubeClient:
         propagation: str | None = "Background",
         grace_period_seconds: int | None = None,
     ) -> bool:
-        """Delete; returns False when it was already gone. ``uid`` makes it a precondition."""
+        """Delete; returns False when it was already gone. ``uid`` makes it a precondition.
+
+        A 409 is taken to mean "that object is gone" only after a read agrees: the API server answers
+        409 when the uid precondition fails (the name now holds another object), but a 409 can mean
+        other things, and trusting it blindly would leave the object in place with nobody retrying.
+        """
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation:
             body["propagationPolicy"] = propagation
@@ -320,6 +325,9 @@ class KubeClient:
             await self.request("DELETE", resource.path(namespace, name), body=body, resource=str(resource))
         except errors.APINotFoundError:
             return False
-        except errors.APIConflictError:  # the uid precondition failed: that object is already gone
-            return False
+        except errors.APIConflictError:
+            current = await self.get(resource, name, namespace)
+            if uid is not None and (current is None or current["metadata"].get("uid") != uid):
+                return False  # the uid precondition failed: that object is already gone
+            raise
         return True

@@ -112,6 +112,20 @@ def down_command(state_dir: StateDir = None) -> None:
         console.print("No dev cluster was running.")
 
 
+@app.command("restart")
+def restart_command(
+    component: Annotated[str, typer.Argument(help=f"One of: {', '.join(COMPONENTS)}.")],
+    down_for: Annotated[float, typer.Option(help="Seconds to leave it stopped.")] = 0.0,
+    state_dir: StateDir = None,
+) -> None:
+    """Stop one component and start it again, as after a crash (to see what clients make of it)."""
+    try:
+        seconds = _cluster(state_dir).restart(component, down_for=down_for)
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    console.print(f"Restarted {component}: healthy again after {seconds:.1f}s")
+
+
 @app.command("status")
 def status_command(state_dir: StateDir = None) -> None:
     """Pid, port and health of each component; exits 1 unless all are healthy."""

@@ -431,6 +431,24 @@ class DevCluster:
         self._save_state(state)
         return state
 
+    def restart(self, name: str, *, down_for: float = 0.0) -> float:
+        """Stop one component and start it again on the same port with the same flags, as after a
+        crash or an upgrade (the fault suite restarts the API server mid-run); returns the seconds it
+        took to become healthy again."""
+        state = self.load_state()
+        if state is None or not self.is_up():
+            raise DevClusterError(f"no running cluster in {self.state_dir}; run `kubetrain dev up`")
+        if name not in state.pids or name not in COMPONENTS:
+            raise DevClusterError(f"unknown component {name!r}; choose from {', '.join(state.pids)}")
+        options = ClusterOptions(**state.options)
+        component = next(c for c in self._components(state.ports, options) if c.name == name)
+        process.stop(state.pids[name])
+        time.sleep(down_for)
+        proc = process.start(component, self.log_path(name))
+        state.pids[name] = proc.pid
+        self._save_state(state)
+        return process.wait_healthy(component, proc, self.log_path(name))
+
     def _stop_all(self, state: ClusterState) -> None:
         for name in reversed(list(state.pids)):
             process.stop(state.pids[name])

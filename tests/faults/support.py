@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, watch
 
 from kubetrain import naming
 from kubetrain.controller.runtimes import registry
-from tests.support import HANG, Jobs, fails, runs_for, training_runtime, trainjob
+from tests.support import HANG, Jobs, eventually, fails, runs_for, training_runtime, trainjob
 
 SCALE = float(os.environ.get("FAULTS_SCALE", "1"))
 
@@ -46,6 +47,7 @@ class ControllerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.kills = 0
+        self.exits: list[int] = []
 
     def start(self) -> None:
         with self.log.open("ab") as out:
@@ -92,6 +94,16 @@ class ControllerProcess:
 
     def tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    async def supervise(self, done: asyncio.Event) -> None:
+        """Until ``done``: start the process again whenever it exits, as a Deployment would.
+        ``exits`` records each exit code (a controller that lost its lease exits 1 by design)."""
+        while not done.is_set():
+            if self.proc is not None and self.proc.poll() is not None:
+                self.exits.append(self.proc.returncode)
+                self.start()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), 0.5)
 
 
 async def kill_storm(
@@ -154,6 +166,7 @@ class PodHistory:
     overlaps: list[tuple[Slot, set[str]]] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # uid -> name
     current: dict[str, client.V1Pod] = field(default_factory=dict)
+    relists: int = 0
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -169,6 +182,8 @@ class PodHistory:
                 await self._task
 
     async def _watch(self, version: str) -> None:
+        """Watch from ``version`` for good: through API server restarts (wait and watch again) and
+        410s (list, and record what changed in the gap; ``relists`` counts them)."""
         while True:
             stream = watch.Watch()
             try:
@@ -178,15 +193,36 @@ class PodHistory:
                     resource_version=version,
                     timeout_seconds=300,
                 ):
+                    if event["type"] == "ERROR":
+                        raise client.ApiException(status=410)
                     pod = event["object"]
                     version = pod.metadata.resource_version
                     self._apply(event["type"], pod)
             except client.ApiException as exc:
                 if exc.status != 410:
-                    raise
-                raise AssertionError("the pod history lost events (410 Gone); no sound verdict") from exc
+                    await asyncio.sleep(1)
+                    continue
+                version = await self._relist()
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                await asyncio.sleep(1)  # the API server is away; watch again when it is back
             finally:
                 await stream.close()
+
+    async def _relist(self) -> str:
+        while True:
+            try:
+                listed = await self.core.list_namespaced_pod(self.namespace)
+                break
+            except (client.ApiException, aiohttp.ClientError, OSError, TimeoutError):
+                await asyncio.sleep(1)
+        self.relists += 1
+        seen = {pod.metadata.uid for pod in listed.items}
+        for uid, pod in list(self.current.items()):
+            if uid not in seen:
+                self._apply("DELETED", pod)
+        for pod in listed.items:
+            self._apply("MODIFIED", pod)
+        return str(listed.metadata.resource_version)
 
     def _apply(self, kind: str, pod: client.V1Pod) -> None:
         slot = slot_of(pod)
@@ -509,3 +545,71 @@ async def outcome_of(jobs: Jobs, name: str, kind: str) -> tuple[dict[str, Any] |
 
 def elapsed(since: float) -> str:
     return f"{time.monotonic() - since:.1f}s"
+
+
+@dataclass
+class MixRun:
+    """A mix of jobs run under some fault: submit them, wait for every one to end, judge how each
+    ended from the API server's history, then delete them and check nothing is left behind."""
+
+    jobs: Jobs
+    history: PodHistory
+    planned: list[tuple[str, Scenario]]
+    actors: list[asyncio.Task[object]] = field(default_factory=list)
+
+    async def submit(self) -> None:
+        runtimes = {id(s): s.runtime for _, s in self.planned if s.runtime is not None}
+        for runtime in runtimes.values():
+            await self.jobs.create(runtime)
+        await asyncio.gather(*(self.jobs.create(s.make(name)) for name, s in self.planned))
+        self.actors = [
+            asyncio.create_task(s.act(self.jobs, name)) for name, s in self.planned if s.act is not None
+        ]
+
+    async def wait_all_ended(self, timeout: float) -> None:
+        async def all_ended() -> bool:
+            ends = await asyncio.gather(*(outcome_of(self.jobs, n, s.kind) for n, s in self.planned))
+            # A job with a TTL has ended once it is gone.
+            return all(
+                end is not None and (s.outcome.condition is not None or end.condition is None)
+                for (_, end), (_, s) in zip(ends, self.planned, strict=True)
+            )
+
+        await eventually(all_ended, timeout=timeout, interval=1.0, what="every job to end")
+
+    async def problems(self) -> list[str]:
+        """Every way the run went wrong: a wrong end, a check of the scenario, two live pods for a slot."""
+        found: list[str] = []
+        for name, scenario in self.planned:
+            job, end = await outcome_of(self.jobs, name, scenario.kind)
+            if end != scenario.outcome:
+                found.append(f"{name}: ended {end}, expected {scenario.outcome}")
+            found += scenario.check(job, self.history, name)
+        found += [f"two live pods for {slot}: {sorted(uids)}" for slot, uids in self.history.overlaps]
+        return found
+
+    def stop_actors(self) -> None:
+        for actor in self.actors:
+            actor.cancel()
+
+    async def delete_all_and_wait_gone(self, timeout: float = 90) -> None:
+        """Delete the jobs; their pods, services and snapshots must all go (no orphans)."""
+        for name, scenario in self.planned:
+            if scenario.outcome.condition is not None:
+                await self.jobs.delete(name, scenario.kind)
+        core, namespace = self.jobs.core, self.jobs.namespace
+
+        async def nothing_left() -> bool:
+            pods = await core.list_namespaced_pod(namespace)
+            services = await core.list_namespaced_service(namespace)
+            maps = await core.list_namespaced_config_map(namespace)
+            owned = [c for c in maps.items if c.metadata.owner_references]
+            return not pods.items and not services.items and not owned
+
+        await eventually(
+            nothing_left, timeout=timeout, interval=1.0, what="no pods or services left (orphans)"
+        )
+
+    @property
+    def pods_created(self) -> int:
+        return sum(len(u) for u in self.history.created.values())

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import FaultProxy, Rule
 from tests.faults.support import PodHistory, v1job
-from tests.support import HANG, ControllerHandle, Jobs, eventually, pytorchjob, runs_for
+from tests.support import HANG, ControllerHandle, Jobs, eventually, fails, pytorchjob, runs_for
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -183,3 +183,40 @@ async def test_pods_the_api_server_refuses_cost_one_request_per_pass(
     # Slow start: each pass stops at its first refused create (31 creates a pass without it).
     assert 1 <= passes <= 20, passes
     await jobs.wait_pods("wide", 31, timeout=60)
+
+
+async def test_a_409_on_a_delete_is_not_taken_for_done_while_the_pod_is_still_there(
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs
+) -> None:
+    # The first DELETEs of the master pod and its service get a 409; no watch event will come to retry them.
+    refused = fault_proxy.add(
+        Rule(
+            faultproxy.respond(409, reason="Conflict"),
+            method="DELETE",
+            path=r"/(pods|services)/stray-master-0$",
+            times=6,
+        )
+    )
+    await proxied_controller()
+    await jobs.create(
+        pytorchjob(
+            "stray",
+            workers=1,
+            restart_policy="Never",
+            master_annotations=HANG,
+            worker_annotations=fails(2, after="1s"),
+        )
+    )
+    await jobs.wait_condition("stray", "Failed", timeout=30)
+
+    async def master_gone() -> bool:
+        return not [
+            p
+            for p in await jobs.pods("stray")
+            if "master" in p.metadata.name
+            and p.status.phase == "Running"
+            and not p.metadata.deletion_timestamp
+        ]
+
+    await eventually(master_gone, timeout=30, what="the failed job's running master to be deleted")
+    assert refused.fired == 6
