@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,9 +337,23 @@ def _all(*checks: Callable[[dict[str, Any] | None, PodHistory, str], list[str]])
     return check
 
 
+async def persistently(call: Callable[[], Awaitable[object]]) -> None:
+    """Make a call the way a user or a kubelet would: again after a while when the API server is away."""
+    while True:
+        try:
+            await call()
+            return
+        except (aiohttp.ClientError, OSError) as exc:
+            print(f"retrying after {exc}")
+        except client.ApiException as exc:
+            if exc.status < 500 and exc.status != 429:
+                raise
+        await asyncio.sleep(1)
+
+
 async def _unsuspend_later(jobs: Jobs, name: str) -> None:
     await asyncio.sleep(6)
-    await jobs.patch(name, {"spec": {"runPolicy": {"suspend": False}}})
+    await persistently(lambda: jobs.patch(name, {"spec": {"runPolicy": {"suspend": False}}}))
 
 
 async def _act_as_kubelet_restarting_the_worker(jobs: Jobs, name: str) -> None:
@@ -348,24 +362,18 @@ async def _act_as_kubelet_restarting_the_worker(jobs: Jobs, name: str) -> None:
     worker = f"{name}-worker-0"
     for count in (1, 2):
         await _until_running(jobs, worker)
-        await jobs.core.patch_namespaced_pod_status(
-            worker,
-            jobs.namespace,
-            {"status": {"containerStatuses": [_container("pytorch", count, running=True)]}},
-        )
+        status = {"status": {"containerStatuses": [_container("pytorch", count, running=True)]}}
+        await persistently(lambda s=status: jobs.core.patch_namespaced_pod_status(worker, jobs.namespace, s))
         await asyncio.sleep(1)
     master = f"{name}-master-0"
     await _until_running(jobs, master)
-    await jobs.core.patch_namespaced_pod_status(
-        master,
-        jobs.namespace,
-        {"status": {"phase": "Succeeded", "containerStatuses": [_container("pytorch", 0, running=False)]}},
-    )
+    done = {"status": {"phase": "Succeeded", "containerStatuses": [_container("pytorch", 0, running=False)]}}
+    await persistently(lambda: jobs.core.patch_namespaced_pod_status(master, jobs.namespace, done))
 
 
 async def _until_running(jobs: Jobs, pod: str) -> None:
     while True:
-        with contextlib.suppress(client.ApiException):
+        with contextlib.suppress(client.ApiException, aiohttp.ClientError, OSError):
             found = await jobs.core.read_namespaced_pod(pod, jobs.namespace)
             if found.status.phase == "Running" and not found.metadata.deletion_timestamp:
                 return
@@ -567,15 +575,34 @@ class MixRun:
         ]
 
     async def wait_all_ended(self, timeout: float) -> None:
-        async def all_ended() -> bool:
-            ends = await asyncio.gather(*(outcome_of(self.jobs, n, s.kind) for n, s in self.planned))
-            # A job with a TTL has ended once it is gone.
-            return all(
-                end is not None and (s.outcome.condition is not None or end.condition is None)
-                for (_, end), (_, s) in zip(ends, self.planned, strict=True)
-            )
-
-        await eventually(all_ended, timeout=timeout, interval=1.0, what="every job to end")
+        """Until every job has ended (one with a TTL: is gone); fail naming those that have not."""
+        deadline = time.monotonic() + timeout
+        pending = list(self.planned)
+        while pending:
+            try:
+                ends = await asyncio.gather(*(outcome_of(self.jobs, n, s.kind) for n, s in pending))
+            except (aiohttp.ClientError, OSError) as exc:  # the API server is away for a moment
+                print(f"waiting for the API server: {exc}")
+            else:
+                pending = [
+                    (name, s)
+                    for (name, s), (_, end) in zip(pending, ends, strict=True)
+                    if end is None or (s.outcome.condition is None and end.condition is not None)
+                ]
+            if pending and time.monotonic() > deadline:
+                shown = []
+                for name, s in pending[:10]:
+                    job = await self.jobs.get(name, s.kind)
+                    conditions = [
+                        (c["type"], c["status"])
+                        for c in ((job or {}).get("status") or {}).get("conditions") or []
+                    ]
+                    shown.append(f"{name}: {conditions}, live pods {self.history.live_pods(name)}")
+                raise AssertionError(
+                    f"{len(pending)} jobs did not end in {timeout:.0f}s:\n" + "\n".join(shown)
+                )
+            if pending:
+                await asyncio.sleep(1.0)
 
     async def problems(self) -> list[str]:
         """Every way the run went wrong: a wrong end, a check of the scenario, two live pods for a slot."""

@@ -1,0 +1,59 @@
+"""The API server goes away mid-run and comes back: the controller recovers by itself.
+
+While the job mix runs, the dev cluster's kube-apiserver is stopped for a few seconds and started again
+(`kubetrain dev restart`, as the docs show). The controller's watches break, its writes fail, its caches
+may be told their resourceVersion is too old; it must reconnect, catch up and drive every job to its end
+without creating anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from kubetrain.devcluster import paths
+from kubetrain.devcluster.cluster import DevCluster
+from tests.docs_commands import run_documented, shell_env
+from tests.faults.support import ControllerProcess, MixRun, PodHistory, elapsed, mix, plan, scaled
+from tests.support import Jobs
+
+JOBS = scaled(26)  # two of each scenario
+
+
+@pytest.mark.usefixtures("crds")
+async def test_every_job_ends_where_it_should_across_an_api_server_restart(
+    dev_cluster: DevCluster, kubeconfig: Path, namespace: str, jobs: Jobs, tmp_path: Path
+) -> None:
+    history = PodHistory(jobs.core, namespace)
+    await history.start()
+    run = MixRun(jobs, history, plan(JOBS, mix()))
+    controller = ControllerProcess(kubeconfig, namespace, tmp_path / "controller.log")
+    controller.start()
+    started = time.monotonic()
+    try:
+        await run.submit()
+        await asyncio.sleep(4)  # mid-run: pods being created, some jobs already finishing
+        env = {**shell_env(kubeconfig, namespace, tmp_path), paths.STATE_ENV: str(dev_cluster.state_dir)}
+        restart = await asyncio.to_thread(
+            run_documented, "docs/dev-cluster.md", "kubetrain dev restart kube-apiserver", env=env
+        )
+        assert "Restarted kube-apiserver" in restart.stderr
+        await run.wait_all_ended(timeout=180 + 3 * JOBS)
+        ended_at = elapsed(started)
+        await asyncio.sleep(3)
+        problems = await run.problems()
+        print(
+            f"\nAPI server restart: {JOBS} jobs, all ended after {ended_at}; pods created {run.pods_created}, "
+            f"duplicates {len(history.overlaps)}, problems {len(problems)}, controller exits "
+            f"{0 if controller.proc is None or controller.proc.poll() is None else 1}"
+        )
+        assert not problems, "\n".join(problems[:40]) + "\n" + controller.tail()
+        assert controller.proc is not None and controller.proc.poll() is None, "the controller kept running"
+        await run.delete_all_and_wait_gone()
+    finally:
+        run.stop_actors()
+        controller.stop()
+        await history.stop()
