@@ -16,7 +16,7 @@ import pytest
 
 from kubetrain.devcluster import paths
 from kubetrain.devcluster.cluster import DevCluster
-from tests.docs_commands import run_documented, shell_env
+from tests.docs_commands import run_documented_async, shell_env
 from tests.faults.support import ControllerProcess, MixRun, PodHistory, elapsed, mix, plan, scaled
 from tests.support import Jobs
 
@@ -37,8 +37,8 @@ async def test_every_job_ends_where_it_should_across_an_api_server_restart(
         await run.submit()
         await asyncio.sleep(4)  # mid-run: pods being created, some jobs already finishing
         env = {**shell_env(kubeconfig, namespace, tmp_path), paths.STATE_ENV: str(dev_cluster.state_dir)}
-        restart = await asyncio.to_thread(
-            run_documented, "docs/dev-cluster.md", "kubetrain dev restart kube-apiserver", env=env
+        restart = await run_documented_async(
+            "docs/dev-cluster.md", "kubetrain dev restart kube-apiserver", env=env
         )
         assert "Restarted kube-apiserver" in restart.stderr
         await run.wait_all_ended(timeout=180 + 3 * JOBS)
