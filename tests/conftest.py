@@ -16,7 +16,6 @@ import asyncio
 import importlib.util
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -30,7 +29,7 @@ from kubernetes_asyncio import client, config
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.docs_commands import documented, run_documented, shell_env
-from tests.support import ControllerHandle, Jobs
+from tests.support import ControllerHandle, Jobs, start_controller_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,11 +155,12 @@ def jobs(custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str
 
 @pytest.fixture
 async def start_controller(kubeconfig: Path, namespace: str, crds: None) -> AsyncIterator[Any]:
-    """Start an in-process controller scoped to the test's namespace (options as keyword arguments)."""
+    """Start an in-process controller scoped to the test's namespace (options as keyword arguments;
+    ``via``: another kubeconfig to talk through, such as the fault proxy's)."""
     handles: list[ControllerHandle] = []
 
-    async def start(**overrides: Any) -> ControllerHandle:
-        handle = ControllerHandle(kubeconfig, namespace=namespace, **overrides)
+    async def start(via: Path | None = None, **overrides: Any) -> ControllerHandle:
+        handle = ControllerHandle(via or kubeconfig, namespace=namespace, **overrides)
         await handle.start()
         handles.append(handle)
         return handle
@@ -182,25 +182,7 @@ def controller_process(kubeconfig: Path, namespace: str, crds: None, tmp_path: P
     """The controller as a process of its own, for this namespace: for tests whose code blocks the
     main thread (Airflow's dag.test(), kfp.local runs)."""
     log = tmp_path / "controller.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubetrain",
-                "controller",
-                "run",
-                "--namespace",
-                namespace,
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-            ],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = start_controller_process(kubeconfig, namespace, log)
     deadline = time.monotonic() + 60
     while "controller started" not in log.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +37,33 @@ async def eventually(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+
+def start_controller_process(
+    kubeconfig: Path, namespace: str, log: Path, *args: str, pod_name: str = ""
+) -> subprocess.Popen[bytes]:
+    """``kubetrain controller run`` for one namespace as a process of its own (its output appended to
+    ``log``), for tests that kill it, freeze it, or block their own thread."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubetrain",
+                "controller",
+                "run",
+                "--namespace",
+                namespace,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+                *args,
+            ],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": pod_name},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 class ControllerHandle:

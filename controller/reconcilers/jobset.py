@@ -172,7 +172,7 @@ class ChildJob:
     pod_set: PodSet
     index: int
     live: dict[int, Obj] = field(default_factory=dict)
-    terminating: set[int] = field(default_factory=set)
+    terminating: dict[int, Obj] = field(default_factory=dict)  # pods going away, by index
     succeeded: set[int] = field(default_factory=set)
     failed_pods: dict[int, list[Obj]] = field(default_factory=dict)
     restarts: int = 0  # in-place container restarts of the live pods
@@ -282,7 +282,7 @@ def observe(
                 stale.append(pod)
             continue
         if deleting:
-            job.terminating.add(index)
+            job.terminating[index] = pod
             continue
         phase = pod.get("status", {}).get("phase")
         uid = pod["metadata"]["uid"]

@@ -127,6 +127,12 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             result.out_of_range.append(pod)
             continue
         replica = info.replicas[rtype]
+        if info.framework.is_master_role(info, rtype, index):
+            # Also from a pod being deleted: the controller stops a failed job's pods, and rank 0
+            # writes its report (the last checkpoint) as it exits.
+            report = termination_report(pod, info.framework.default_container)
+            if report is not None:
+                result.report = report
         if pod["metadata"].get("deletionTimestamp"):
             result.terminating.add((rtype, index))
             continue
@@ -153,9 +159,5 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
                 result.permanent_failures.append((rtype, pod, code))
         if failures:
             result.pod_failures[pod["metadata"]["uid"]] = failures
-        if info.framework.is_master_role(info, rtype, index):
-            report = termination_report(pod, info.framework.default_container)
-            if report is not None:
-                result.report = report
     result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}
     return result

@@ -56,7 +56,6 @@ from kubetrain.controller.kube.resources import (
     SECRETS,
     SERVICES,
     TRAINJOBS,
-    Resource,
 )
 from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
@@ -68,9 +67,9 @@ from kubetrain.controller.reconcilers.writes import (
     Ownership,
     Rejections,
     check_existing,
-    name_conflict,
     ownership,
     raise_first_failure,
+    require_ours,
 )
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
@@ -418,17 +417,9 @@ class TrainJobReconciler:
         """The snapshot of the TrainJob's runtime, taken from the live runtime on first sight."""
         meta = ctx.job["metadata"]
         snapshot = self.snapshots.get(f"{meta['namespace']}/{snapshot_name(meta['name'])}")
-        verdict = ownership(snapshot, ctx.job) if snapshot is not None else None
-        if verdict is Ownership.OURS:
-            assert snapshot is not None
+        if snapshot is not None:
+            require_ours(ctx.job, CONFIGMAPS, snapshot)
             return self._snapshot_runtime(ctx.key, snapshot)
-        if verdict is Ownership.FOREIGN:
-            assert snapshot is not None
-            raise name_conflict(CONFIGMAPS, snapshot_name(meta["name"]), snapshot)
-        if verdict is Ownership.STALE:
-            raise RetryLaterError(
-                f"the runtime snapshot of an earlier TrainJob {meta['name']} is being deleted"
-            )
         ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
         group = ref.get("apiGroup") or v2.GROUP
         kind = ref.get("kind") or "ClusterTrainingRuntime"
@@ -641,7 +632,7 @@ class TrainJobReconciler:
         if service is None:
             await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
         else:
-            self._require_ours(info, SERVICES, service)
+            require_ours(info.job, SERVICES, service)
         for extra in info.extras:
             try:
                 existing = await self.kube.get(extra.resource, extra.name, info.namespace)
@@ -650,7 +641,7 @@ class TrainJobReconciler:
                     body["metadata"]["namespace"] = info.namespace
                     await self.writer.create_all(info.job, extra.resource, [body], track=False)
                 else:
-                    self._require_ours(info, extra.resource, existing)
+                    require_ours(info.job, extra.resource, existing)
             except errors.APIError as exc:
                 if exc.status == 403 and extra.resource is SECRETS:
                     raise errors.APIError(
@@ -671,16 +662,6 @@ class TrainJobReconciler:
                     "controller with --gang-scheduler-name=kubernetes",
                 ) from exc
 
-    @staticmethod
-    def _require_ours(info: TrainJobInfo, resource: Resource, obj: Obj) -> None:
-        verdict = ownership(obj, info.job)
-        if verdict is Ownership.FOREIGN:
-            raise name_conflict(resource, obj["metadata"]["name"], obj)
-        if verdict is Ownership.STALE:
-            raise RetryLaterError(
-                f"{resource.kind} {obj['metadata']['name']} of an earlier job of the same name is being deleted"
-            )
-
     async def _copy_report(self, info: TrainJobInfo, obs: jobset.Observation) -> None:
         trainer = info.trainer()
         if trainer is None:
@@ -688,7 +669,13 @@ class TrainJobReconciler:
         rank0 = next((j for j in obs.jobs if j.pod_set is trainer and j.index == 0), None)
         if rank0 is None:
             return
-        candidates = [*rank0.failed_pods.get(0, []), *([rank0.live[0]] if 0 in rank0.live else [])]
+        # A pod being deleted still counts: the controller stops a failed job's pods, and rank 0 writes its
+        # report as it exits.
+        candidates = [
+            *rank0.failed_pods.get(0, []),
+            *([rank0.live[0]] if 0 in rank0.live else []),
+            *([rank0.terminating[0]] if 0 in rank0.terminating else []),
+        ]
         report = None
         for pod in candidates:
             report = termination_report(pod, NODE) or report

@@ -55,12 +55,10 @@ from kubetrain.controller.reconcilers.observe import Observation, fenced_failure
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
-    Ownership,
     Rejections,
     check_existing,
-    name_conflict,
-    ownership,
     raise_first_failure,
+    require_ours,
 )
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import (
@@ -564,13 +562,11 @@ class V1JobReconciler:
         assert gang is not None
         desired = gang.pod_group(info)
         existing = self.pod_groups.get(f"{info.namespace}/{info.name}") if self.pod_groups else None
-        verdict = ownership(existing, info.job) if existing is not None else None
-        if verdict is Ownership.FOREIGN:
-            assert existing is not None
-            raise name_conflict(gang.resource, info.name, existing)
-        if verdict is Ownership.STALE:
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
             ctx.status["lastReconcileTime"] = ctx.stamp
             return False  # the old group is still going away; its deletion event requeues the job
+        if existing is not None:
+            require_ours(info.job, gang.resource, existing)
         if existing is None:
             try:
                 existing = await self.kube.create(gang.resource, desired, info.namespace)
@@ -601,14 +597,8 @@ class V1JobReconciler:
         if self.framework.kind != "PyTorchJob" or not elastic.get("metrics"):
             return
         current = await self.kube.get(HPAS, info.name, info.namespace)
-        verdict = ownership(current, info.job) if current is not None else None
-        if verdict is Ownership.FOREIGN:
-            assert current is not None
-            raise name_conflict(HPAS, info.name, current)
-        if verdict is Ownership.STALE:
-            raise RetryLaterError(
-                f"the autoscaler {info.name} of an earlier job of the same name is being deleted"
-            )
+        if current is not None:
+            require_ours(info.job, HPAS, current)
         if suspended:
             await self.writer.delete_owned(info.job, HPAS, current)
             return

@@ -156,6 +156,18 @@ def refusal(resource: Resource, name: str, error: errors.APIError) -> ChildRejec
     return None
 
 
+def require_ours(owner: Obj, resource: Resource, obj: Obj) -> None:
+    """Raise unless the job ``owner`` controls ``obj``, found under the name of one of its children: a
+    ``ChildRejectedError`` name conflict, or ``RetryLaterError`` while an earlier job's leftover goes."""
+    verdict = ownership(obj, owner)
+    if verdict is Ownership.FOREIGN:
+        raise name_conflict(resource, obj["metadata"]["name"], obj)
+    if verdict is not Ownership.OURS:
+        raise RetryLaterError(
+            f"{resource.kind} {obj['metadata']['name']} of an earlier job of the same name is being deleted"
+        )
+
+
 async def check_existing(kube: KubeClient, owner: Obj, resource: Resource, name: str) -> Obj | None:
     """After a create answered 409: the object if this job controls it; wait for a stale holder to go
     (``RetryLaterError``); a foreign holder is a ``ChildRejectedError`` name conflict."""

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,16 @@ from kubernetes_asyncio import client, watch
 
 from kubetrain import naming
 from kubetrain.controller.runtimes import registry
-from tests.support import HANG, Jobs, eventually, fails, runs_for, training_runtime, trainjob
+from tests.support import (
+    HANG,
+    Jobs,
+    eventually,
+    fails,
+    runs_for,
+    start_controller_process,
+    training_runtime,
+    trainjob,
+)
 
 SCALE = float(os.environ.get("FAULTS_SCALE", "1"))
 
@@ -50,26 +58,7 @@ class ControllerProcess:
         self.exits: list[int] = []
 
     def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kubetrain",
-                    "controller",
-                    "run",
-                    "--namespace",
-                    self.namespace,
-                    "--metrics-bind-address",
-                    "0",
-                    "--health-probe-bind-address",
-                    "0",
-                    *self.args,
-                ],
-                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.proc = start_controller_process(self.kubeconfig, self.namespace, self.log, *self.args)
         self.starts += 1
 
     def kill(self) -> None:

@@ -8,9 +8,9 @@ The verdicts come from what the API server saw: the pods that were created, the 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -26,19 +26,9 @@ StartController = Callable[..., Awaitable[ControllerHandle]]
 
 
 @pytest.fixture
-async def proxied_controller(proxied_kubeconfig: Path, namespace: str) -> AsyncIterator[StartController]:
+def proxied_controller(start_controller: StartController, proxied_kubeconfig: Path) -> StartController:
     """Start an in-process controller for the test's namespace that talks through the fault proxy."""
-    handles: list[ControllerHandle] = []
-
-    async def start(**overrides: Any) -> ControllerHandle:
-        handle = ControllerHandle(proxied_kubeconfig, namespace=namespace, **overrides)
-        await handle.start()
-        handles.append(handle)
-        return handle
-
-    yield start
-    for handle in handles:
-        await handle.stop()
+    return functools.partial(start_controller, proxied_kubeconfig)
 
 
 @pytest.fixture

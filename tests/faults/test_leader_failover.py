@@ -13,10 +13,8 @@ The failover times printed here are what docs/reliability.md quotes.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from kubernetes_asyncio import client
 
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import Exchange, FaultProxy
-from tests.support import HANG, Jobs, eventually, pytorchjob
+from tests.support import HANG, Jobs, eventually, pytorchjob, start_controller_process
 
 LEASE = "failover"
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
@@ -53,31 +51,17 @@ class Replica:
         self.exited_at: float | None = None  # when a wait first saw it gone (time.monotonic())
 
     def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kubetrain",
-                    "controller",
-                    "run",
-                    "--namespace",
-                    self.namespace,
-                    "--metrics-bind-address",
-                    "0",
-                    "--health-probe-bind-address",
-                    "0",
-                    "--leader-elect",
-                    "--leader-election-namespace",
-                    self.namespace,
-                    "--leader-election-id",
-                    LEASE,
-                    *TIMINGS,
-                ],
-                env={**os.environ, "KUBECONFIG": str(self.kubeconfig), "POD_NAME": self.name},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        election = ("--leader-elect", "--leader-election-namespace", self.namespace)
+        self.proc = start_controller_process(
+            self.kubeconfig,
+            self.namespace,
+            self.log,
+            *election,
+            "--leader-election-id",
+            LEASE,
+            *TIMINGS,
+            pod_name=self.name,
+        )
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None

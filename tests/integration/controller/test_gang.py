@@ -63,3 +63,28 @@ async def test_a_gang_that_fits_is_placed_together(start_controller: Any, jobs: 
     await jobs.create(pytorchjob("fits", workers=3, gpus=2, master_annotations=HANG, worker_annotations=HANG))
     await jobs.wait_pods("fits", 4, phase="Running", timeout=60)
     await jobs.wait_condition("fits", "Running")
+
+
+async def test_a_pod_group_of_that_name_held_by_someone_else_fails_the_job_and_is_left_alone(
+    start_controller: Any, jobs: Jobs, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    await start_controller(gang_scheduler_name="kubernetes")
+    theirs = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "taken"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}},
+    }
+    await custom.create_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", namespace, "podgroups", theirs
+    )
+    await jobs.create(pytorchjob("taken", workers=1, master_annotations=HANG, worker_annotations=HANG))
+    job = await jobs.wait_condition("taken", "Failed", timeout=30)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "NameConflict" and "PodGroup taken already exists" in failed["message"]
+    group = await custom.get_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", namespace, "podgroups", "taken"
+    )
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 5, "somebody else's group is not changed"
+    assert not group["metadata"].get("deletionTimestamp"), "nor deleted"
+    assert not await jobs.pods("taken")

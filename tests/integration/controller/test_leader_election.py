@@ -7,10 +7,8 @@ the test's namespace and ``POD_NAME`` set so its identity in the Lease says whic
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,32 +18,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.conftest import Kubectl
-from tests.support import HANG, Jobs, eventually, pytorchjob
-
-
-def start_controller(
-    kubeconfig: Path, namespace: str, log: Path, *args: str, pod_name: str = ""
-) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubetrain",
-                "controller",
-                "run",
-                "--namespace",
-                namespace,
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-                *args,
-            ],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": pod_name},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+from tests.support import HANG, Jobs, eventually, pytorchjob, start_controller_process
 
 
 def start_replica(
@@ -53,7 +26,7 @@ def start_replica(
 ) -> subprocess.Popen[bytes]:
     """One controller replica electing a leader through the Lease ``namespace/lease``."""
     election = ("--leader-elect", "--leader-election-namespace", namespace, "--leader-election-id", lease)
-    return start_controller(kubeconfig, namespace, log, *election, *args, pod_name=name)
+    return start_controller_process(kubeconfig, namespace, log, *election, *args, pod_name=name)
 
 
 async def read_lease(
@@ -153,7 +126,7 @@ async def test_a_controller_that_cannot_start_exits_non_zero_without_leader_elec
     kubectl: Kubectl, kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
     restricted = lease_only_kubeconfig(kubectl, kubeconfig, namespace, tmp_path / "lease-only.kubeconfig")
-    proc = start_controller(restricted, namespace, tmp_path / "controller.log")
+    proc = start_controller_process(restricted, namespace, tmp_path / "controller.log")
     try:
         code = await wait_exit(proc, timeout=60)
     finally:

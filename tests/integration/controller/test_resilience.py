@@ -3,41 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import HANG, Jobs, eventually, fails, pytorchjob, runs_for
-
-
-def _start_controller_process(
-    kubeconfig: Path, namespace: str, log: Path, *args: str
-) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubetrain",
-                "controller",
-                "run",
-                "--namespace",
-                namespace,
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-                *args,
-            ],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+from tests.support import HANG, Jobs, eventually, fails, pytorchjob, runs_for, start_controller_process
 
 
 @pytest.mark.usefixtures("crds")
@@ -47,7 +19,7 @@ async def test_a_controller_killed_mid_job_and_restarted_makes_no_duplicates_or_
     log = tmp_path / "controller.log"
     workers = 40
     # A slow client (2 requests/s) so the kill lands while the job's pods are still being created.
-    first = _start_controller_process(
+    first = start_controller_process(
         kubeconfig, namespace, log, "--kube-api-qps", "2", "--kube-api-burst", "1"
     )
     try:
@@ -60,7 +32,7 @@ async def test_a_controller_killed_mid_job_and_restarted_makes_no_duplicates_or_
         first.wait()
     created_before_kill = len(await jobs.pods("survivor"))
     assert created_before_kill < workers + 1, "the kill should land mid-creation"
-    second = _start_controller_process(kubeconfig, namespace, log)
+    second = start_controller_process(kubeconfig, namespace, log)
     try:
         await eventually(lambda: _started_twice(log), timeout=60, what="the second controller to start")
         pods = await jobs.wait_pods("survivor", workers + 1, timeout=60)

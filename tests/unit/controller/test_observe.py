@@ -111,6 +111,14 @@ def test_the_training_report_is_read_from_rank_zero_only() -> None:
     assert observe(info, [worker]).report is None
 
 
+def test_rank_zero_stopped_with_its_failed_job_still_leaves_its_report() -> None:
+    info = _info()
+    report = {"last_checkpoint": "/ckpt/step-60", "step": 60}
+    master = _pod(info, "Master", 0, "Failed", code=143, message=json.dumps(report))
+    master["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert observe(info, [master]).report == report
+
+
 def test_gpu_pods_get_the_toleration_and_cpu_pods_do_not() -> None:
     info = _info(gpus={"Worker": 1})
     worker = build_pod(info, "Worker", 0, [GpuPlugin()])
