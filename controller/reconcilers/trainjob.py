@@ -75,7 +75,7 @@ from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
 from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
 from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
 from kubetrain.controller.runtimes.gpu import GpuPlugin
-from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build
+from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build, retained_claim_of
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -640,7 +640,7 @@ class TrainJobReconciler:
                     body = extra.make()
                     body["metadata"]["namespace"] = info.namespace
                     await self.writer.create_all(info.job, extra.resource, [body], track=False)
-                else:
+                elif not (extra.retained and retained_claim_of(existing, info.name)):
                     require_ours(info.job, extra.resource, existing)
             except errors.APIError as exc:
                 if exc.status == 403 and extra.resource is SECRETS:

@@ -84,6 +84,7 @@ class Extra:
     resource: Resource
     name: str
     make: Callable[[], Obj]
+    retained: bool = False  # a claim the TrainJob does not own: it outlives the TrainJob
 
 
 @dataclass
@@ -298,7 +299,7 @@ def _apply_volume_claims(info: TrainJobInfo) -> None:
                 },
                 "spec": copy.deepcopy(template.get("spec") or {}),
             }
-            info.extras.append(Extra(PVCS, claim, functools.partial(copy.deepcopy, body)))
+            info.extras.append(Extra(PVCS, claim, functools.partial(copy.deepcopy, body), retained=not owned))
             for pod_set in info.pod_sets:
                 spec = pod_set.template.setdefault("spec", {})
                 containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
@@ -358,3 +359,13 @@ def _apply_trainer(info: TrainJobInfo) -> None:
             target["resources"] = merge(target.get("resources") or {}, trainer["resourcesPerNode"])
         if trainer.get("env"):
             upsert_env(target, trainer["env"])
+
+
+def retained_claim_of(claim: Obj, trainjob: str) -> bool:
+    """Whether ``claim`` is a retained claim of TrainJob ``trainjob``: no owner controls it, it is not
+    being deleted, and it carries the TrainJob's name label (the controller made it for this TrainJob or
+    an earlier one of the same name, whose retained claim the new one reuses, as JobSet's do)."""
+    meta = claim.get("metadata") or {}
+    controlled = any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+    labels = meta.get("labels") or {}
+    return not controlled and not meta.get("deletionTimestamp") and labels.get(naming.JOBSET_NAME) == trainjob

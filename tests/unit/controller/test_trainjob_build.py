@@ -198,7 +198,10 @@ def test_an_initializer_the_runtime_cannot_run_is_a_clear_error() -> None:
 
 def test_volume_claim_policies_give_every_mounting_pod_the_shared_claim() -> None:
     info = build(trainjob({}), runtime("torchtune-llama3.2-1b"))
-    [claim] = info.extras
+    claims = {extra.name: extra for extra in info.extras}
+    assert sorted(claims) == ["initializer-mnist", "output-mnist"]
+    assert claims["output-mnist"].retained and not claims["initializer-mnist"].retained
+    claim = claims["initializer-mnist"]
     assert claim.name == "initializer-mnist"
     body = claim.make()
     assert body["spec"]["resources"]["requests"]["storage"] == "20Gi"
