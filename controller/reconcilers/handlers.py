@@ -13,6 +13,7 @@ from collections.abc import Callable
 from kubetrain.controller.core.expectations import Expectations
 from kubetrain.controller.kube.informer import Handler
 from kubetrain.controller.kube.resources import Resource
+from kubetrain.controller.reconcilers.departed import DepartedPods
 from kubetrain.controller.runtimes.framework import Obj
 
 
@@ -29,10 +30,14 @@ def owner_key(obj: Obj, owner: Resource) -> str | None:
 
 
 def child_handler(
-    owner: Resource, enqueue: Callable[[str], None], expectations: Expectations | None = None
+    owner: Resource,
+    enqueue: Callable[[str], None],
+    expectations: Expectations | None = None,
+    departed: DepartedPods | None = None,
 ) -> Handler:
     """Enqueue the job that controls the child; with ``expectations``, also settle the job's
-    expected creates and deletes (for the children whose writes the reconciler tracks)."""
+    expected creates and deletes (for the children whose writes the reconciler tracks); with
+    ``departed``, keep the training report a deleted child carried."""
 
     def handle(old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
@@ -45,6 +50,8 @@ def child_handler(
                 expectations.creation_observed(key)
             elif new is None:
                 expectations.deletion_observed(key, obj["metadata"].get("uid", ""))
+        if departed is not None and new is None:
+            departed.keep(key, obj)
         enqueue(key)
 
     return handle

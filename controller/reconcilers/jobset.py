@@ -304,6 +304,16 @@ def observe(
     return Observation(list(jobs.values()), stale, terminating_stale, tally.counted)
 
 
+def is_rank0(pod: Obj, pod_set: PodSet) -> bool:
+    """Whether ``pod`` is the first pod of the first child Job of ``pod_set`` (of any restart attempt)."""
+    labels = pod["metadata"].get("labels") or {}
+    return (
+        labels.get(naming.JOBSET_REPLICATED_JOB) == pod_set.name
+        and labels.get(naming.JOBSET_JOB_INDEX) == "0"
+        and labels.get(naming.JOB_COMPLETION_INDEX) == "0"
+    )
+
+
 def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 

@@ -22,6 +22,7 @@ Every restart counts against ``runPolicy.backoffLimit``, whatever the policy.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,10 +96,11 @@ def is_retryable(policy: str, code: int) -> bool:
     return policy == "ExitCode" and code >= 128
 
 
-def termination_report(pod: Obj, container_name: str) -> dict[str, Any] | None:
-    """The JSON training report a container left as its termination message (current or previous run)."""
+def termination_report(pod: Obj, container_name: str | None = None) -> dict[str, Any] | None:
+    """The JSON training report a container (any, without a name) left as its termination message
+    (current or previous run)."""
     for status in pod.get("status", {}).get("containerStatuses") or []:
-        if status.get("name") != container_name:
+        if container_name is not None and status.get("name") != container_name:
             continue
         for state in (status.get("state"), status.get("lastState")):
             message = ((state or {}).get("terminated") or {}).get("message")
@@ -122,17 +124,11 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
         if identity is None:
             continue
         rtype_label, index = identity
-        rtype = next((t for t in info.replicas if t.lower() == rtype_label), None)
+        rtype = _replica_type(info, rtype_label)
         if rtype is None:
             result.out_of_range.append(pod)
             continue
         replica = info.replicas[rtype]
-        if info.framework.is_master_role(info, rtype, index):
-            # Also from a pod being deleted: the controller stops a failed job's pods, and rank 0
-            # writes its report (the last checkpoint) as it exits.
-            report = termination_report(pod, info.framework.default_container)
-            if report is not None:
-                result.report = report
         if pod["metadata"].get("deletionTimestamp"):
             result.terminating.add((rtype, index))
             continue
@@ -160,4 +156,27 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
         if failures:
             result.pod_failures[pod["metadata"]["uid"]] = failures
     result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}
+    # Also from a pod being deleted: the controller stops a failed job's pods, and rank 0 writes its
+    # report (the last checkpoint) as it exits.
+    result.report = rank0_report(info, pods)
     return result
+
+
+def rank0_report(info: JobInfo, pods: Iterable[Obj]) -> dict[str, Any] | None:
+    """The training report rank 0 (the framework's master role) left among ``pods``, if any."""
+    report = None
+    for pod in pods:
+        identity = replica_of(pod)
+        rtype = _replica_type(info, identity[0]) if identity is not None else None
+        if (
+            identity is not None
+            and rtype is not None
+            and info.framework.is_master_role(info, rtype, identity[1])
+        ):
+            report = termination_report(pod, info.framework.default_container) or report
+    return report
+
+
+def _replica_type(info: JobInfo, label: str) -> str | None:
+    """The job's replica type whose label value (lower case) is ``label``."""
+    return next((t for t in info.replicas if t.lower() == label), None)

@@ -59,6 +59,7 @@ from kubetrain.controller.kube.resources import (
 )
 from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
+from kubetrain.controller.reconcilers.departed import DepartedPods
 from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
 from kubetrain.controller.reconcilers.writes import (
@@ -193,6 +194,7 @@ class TrainJobReconciler:
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
         self.rejections = Rejections()
+        self.departed = DepartedPods()
         managed = set(settings.managed_by)
         if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
@@ -201,7 +203,7 @@ class TrainJobReconciler:
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Pods: settle the pod expectations, enqueue the owning TrainJob."""
-        return handlers.child_handler(TRAINJOBS, enqueue, self.expectations)
+        return handlers.child_handler(TRAINJOBS, enqueue, self.expectations, self.departed)
 
     def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Services and runtime snapshots: enqueue the owning TrainJob (their writes are not tracked)."""
@@ -213,6 +215,7 @@ class TrainJobReconciler:
     def _forget(self, key: str) -> None:
         self._snapshot_runtimes.pop(key, None)
         self.rejections.forget(key)
+        self.departed.forget(key)
 
     def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
@@ -663,23 +666,31 @@ class TrainJobReconciler:
                 ) from exc
 
     async def _copy_report(self, info: TrainJobInfo, obs: jobset.Observation) -> None:
+        """Copy rank 0's report from its pods, or else from a deleted one (``DepartedPods``).
+
+        A pod being deleted still counts: the controller stops a failed job's pods, and rank 0 writes its
+        report as it exits."""
+        key = f"{info.namespace}/{info.name}"
+        departed = self.departed.take(key)
         trainer = info.trainer()
         if trainer is None:
             return
         rank0 = next((j for j in obs.jobs if j.pod_set is trainer and j.index == 0), None)
-        if rank0 is None:
-            return
-        # A pod being deleted still counts: the controller stops a failed job's pods, and rank 0 writes its
-        # report as it exits.
-        candidates = [
-            *rank0.failed_pods.get(0, []),
-            *([rank0.live[0]] if 0 in rank0.live else []),
-            *([rank0.terminating[0]] if 0 in rank0.terminating else []),
-        ]
+        candidates = [pod for pod in departed if jobset.is_rank0(pod, trainer)]
+        if rank0 is not None:
+            candidates += [
+                *rank0.failed_pods.get(0, []),
+                *([rank0.live[0]] if 0 in rank0.live else []),
+                *([rank0.terminating[0]] if 0 in rank0.terminating else []),
+            ]
         report = None
         for pod in candidates:
             report = termination_report(pod, NODE) or report
-        await self.writer.copy_report(TRAINJOBS, self.trainjobs, info.job, report)
+        try:
+            await self.writer.copy_report(TRAINJOBS, self.trainjobs, info.job, report)
+        except BaseException:
+            self.departed.restore(key, departed)
+            raise
 
     async def _write_status(self, ctx: _Pass) -> None:
         if ctx.status == ctx.original:

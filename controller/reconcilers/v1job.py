@@ -51,7 +51,8 @@ from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers, restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
-from kubetrain.controller.reconcilers.observe import Observation, fenced_failure, observe
+from kubetrain.controller.reconcilers.departed import DepartedPods
+from kubetrain.controller.reconcilers.observe import Observation, fenced_failure, observe, rank0_report
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     ChildWriter,
@@ -157,11 +158,12 @@ class V1JobReconciler:
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._last_write: dict[str, float] = {}
         self.rejections = Rejections()
+        self.departed = DepartedPods()
 
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Pods: settle the pod expectations, enqueue the owning job."""
-        return handlers.child_handler(self.framework.resource, enqueue, self.expectations)
+        return handlers.child_handler(self.framework.resource, enqueue, self.expectations, self.departed)
 
     def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Services and pod groups: enqueue the owning job (their creates are not tracked, so their
@@ -174,6 +176,7 @@ class V1JobReconciler:
     def _forget(self, key: str) -> None:
         self._last_write.pop(key, None)
         self.rejections.forget(key)
+        self.departed.forget(key)
 
     # -- reconcile -------------------------------------------------------------------------------------
     def manages(self, job: Obj) -> bool:
@@ -254,7 +257,7 @@ class V1JobReconciler:
     async def _run(self, ctx: _Pass) -> Result:
         kind, info, status = self.framework.kind, ctx.info, ctx.status
         obs = observe(info, ctx.pods)
-        await self.writer.copy_report(self.framework.resource, self.jobs, info.job, obs.report)
+        await self._copy_report(ctx, obs.report)
         new_restarts = self._count_restarts(status, obs)
         status["replicaStatuses"] = self._replica_statuses(info, obs)
         status.setdefault("startTime", ctx.stamp)
@@ -445,15 +448,26 @@ class V1JobReconciler:
 
     async def _finished(self, ctx: _Pass) -> Result:
         # Rank 0's final report can land after the job finished (another replica failed first).
-        await self.writer.copy_report(
-            self.framework.resource, self.jobs, ctx.info.job, observe(ctx.info, ctx.pods).report
-        )
+        await self._copy_report(ctx, observe(ctx.info, ctx.pods).report)
         await self._cleanup(ctx, finished=True)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
             await self._delete_job(ctx.info)
             return Result()
         return ttl
+
+    async def _copy_report(self, ctx: _Pass, report: dict[str, Any] | None) -> None:
+        """Copy rank 0's report from the job's pods, or else from a deleted one (``DepartedPods``)."""
+        info = ctx.info
+        key = f"{info.namespace}/{info.name}"
+        departed = self.departed.take(key)
+        try:
+            await self.writer.copy_report(
+                self.framework.resource, self.jobs, info.job, report or rank0_report(info, departed)
+            )
+        except BaseException:
+            self.departed.restore(key, departed)
+            raise
 
     async def _suspend(self, ctx: _Pass) -> None:
         kind, info, status = self.framework.kind, ctx.info, ctx.status

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from kubernetes_asyncio import client
 
 from tests.support import HANG, Jobs, eventually, fails, metric, pytorchjob, runs_for
 
@@ -140,3 +143,52 @@ async def _workers_active(jobs: Jobs, name: str, count: int) -> dict[str, Any] |
     job = await jobs.get(name)
     active = ((job or {}).get("status") or {}).get("replicaStatuses", {}).get("Worker", {}).get("active")
     return job if active == count else None
+
+
+async def test_rank_0s_report_written_as_the_failed_job_stops_it_reaches_the_job(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    """The controller stops a failed job's master; its last checkpoint, reported on the way out, is kept.
+
+    A finalizer holds the master while it "writes" its report, as a kubelet would report the container's
+    termination just before removing the pod: the pod is gone before any pass can read it from the cache.
+    """
+    await jobs.create(
+        pytorchjob(
+            "stopped",
+            workers=1,
+            restart_policy="Never",
+            master_annotations=HANG,
+            worker_annotations=fails(3, "2s"),
+        )
+    )
+    master = "stopped-master-0"
+    await jobs.wait_pods("stopped", 2)
+    await core.patch_namespaced_pod(master, namespace, {"metadata": {"finalizers": [HOLD]}})
+    await jobs.wait_condition("stopped", "Failed")
+
+    async def being_deleted() -> client.V1Pod | None:
+        pod = await core.read_namespaced_pod(master, namespace)
+        return pod if pod.metadata.deletion_timestamp else None
+
+    await eventually(being_deleted, what="the controller to stop the failed job's master")
+    report = {"step": 60, "last_checkpoint": "/checkpoints/step-00000060"}
+    status = {
+        "name": "pytorch",
+        "image": "example.com/train:1",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 143, "reason": "Error", "message": json.dumps(report)}},
+    }
+    await core.patch_namespaced_pod_status(master, namespace, {"status": {"containerStatuses": [status]}})
+    await core.patch_namespaced_pod(master, namespace, {"metadata": {"finalizers": None}})
+
+    async def reported() -> str | None:
+        job = await jobs.get("stopped")
+        return ((job or {}).get("metadata", {}).get("annotations") or {}).get("kubetrain.dev/last-checkpoint")
+
+    assert await eventually(reported, what="the master's report on the job") == "/checkpoints/step-00000060"
+
+
+HOLD = "test.kubetrain.dev/hold"

@@ -7,6 +7,7 @@ from typing import Any
 from kubetrain.controller.core.expectations import Expectations
 from kubetrain.controller.kube.resources import PYTORCHJOBS, TRAINJOBS
 from kubetrain.controller.reconcilers import handlers
+from kubetrain.controller.reconcilers.departed import DepartedPods
 
 
 def child(kind: str, owner_kind: str = "TrainJob", api_version: str = "trainer.kubeflow.org/v1alpha1") -> Any:
@@ -48,3 +49,23 @@ def test_a_deleted_job_forgets_its_expectations_and_runs_on_delete() -> None:
     assert dropped == [] and not expectations.satisfied("ns/tj")
     handle(job, None)
     assert dropped == ["ns/tj"] and expectations.satisfied("ns/tj")
+
+
+def test_a_deleted_pod_with_a_training_report_is_kept_for_the_next_pass() -> None:
+    departed = DepartedPods()
+    handle = handlers.child_handler(TRAINJOBS, lambda _: None, Expectations(), departed)
+    silent, reporting = child("Pod"), child("Pod")
+    reporting["metadata"]["name"] = "rank0"
+    terminated = {"terminated": {"exitCode": 143, "message": '{"last_checkpoint": "/ckpt/step-3"}'}}
+    reporting["status"] = {"containerStatuses": [{"name": "node", "state": terminated}]}
+    handle(None, reporting)
+    handle(silent, None)
+    assert departed.take("ns/tj") == []  # neither an update nor a pod without a report is kept
+    handle(reporting, None)
+    kept = departed.take("ns/tj")
+    assert [p["metadata"]["name"] for p in kept] == ["rank0"] and departed.take("ns/tj") == []
+    departed.restore("ns/tj", kept)  # a pass that failed to copy it puts it back
+    assert departed.take("ns/tj") == kept
+    departed.restore("ns/tj", kept)
+    departed.forget("ns/tj")  # the job is gone
+    assert departed.take("ns/tj") == []
