@@ -5,8 +5,8 @@ The corpus (``tests/faults/corpus/bad_inputs.yaml``) holds hundreds of malformed
 the controller serves. All of them are submitted at once into one namespace with the controller running,
 and each must end as its entry says, within ``SETTLE_SECONDS``; an accepted entry left running or pending
 without a condition that says why fails the test. Entries marked ``needs: <fix>`` wait for a controller
-change and are skipped with that reason. The figures (per kind: rejected, failed with a message,
-waiting with a reason, skipped) are printed.
+change: they are left out of the run and counted as skipped. The figures (per kind: rejected, failed
+with a message, waiting with a reason, skipped) are printed.
 """
 
 from __future__ import annotations
@@ -229,20 +229,6 @@ async def test_every_bad_input_is_rejected_or_fails_with_a_message(
     why = {done.entry.id: done.entry.why for done in results}
     listed = "\n".join(f"  {key} ({why[key]}): {problem}" for key, problem in sorted(problems.items()))
     assert not problems, f"{len(problems)} bad inputs did not end as their corpus entry says:\n{listed}"
-
-
-@pytest.mark.parametrize(
-    "entry",
-    [pytest.param(e, id=e.id, marks=pytest.mark.skip(reason=f"needs {e.needs}")) for e in WAITING_ON_A_FIX],
-)
-async def test_a_bad_input_that_waits_on_a_controller_fix(
-    entry: Entry, controller: ControllerHandle, jobs: Jobs, custom: client.CustomObjectsApi, namespace: str
-) -> None:
-    """One entry marked ``needs``, on its own: skipped until the fix lands. Then remove its ``needs`` in
-    the corpus generator and it joins the run above."""
-    await create_support(jobs)
-    _, problems = await run_corpus(custom, namespace, [entry])
-    assert not problems, problems
 
 
 def test_the_corpus_covers_every_kind_and_every_outcome() -> None:

@@ -12,7 +12,7 @@ It holds valid ``bases`` (one per kind), ``support`` objects that some entries n
   condition whose message contains the text.
 
 ``needs: <fix>`` marks an entry whose outcome depends on a controller change not made yet; the test
-skips it with that reason.
+leaves it out of the run and counts it as skipped.
 """
 
 from __future__ import annotations
