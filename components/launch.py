@@ -4,13 +4,18 @@ The KFP components in ``kubetrain.components.launchers`` are thin: KFP embeds
 a component's source in the step, so each one only calls ``launch`` from the
 installed package, where the logic can be tested like any other code.
 
-Identity and retries: a step names its job through ``job_name`` (the lineage;
-pass something derived from ``dsl.PIPELINE_JOB_ID_PLACEHOLDER`` to make it
-unique per run). When the step runs again (``set_retry``, a re-run), the
-lineage's latest attempt decides: still running, it is reattached; succeeded,
-its result is reported again; failed, the next attempt is submitted with the
-same checkpoint dir and volume, so training resumes from the last checkpoint.
-A dead job is never waited on again.
+Identity and retries: a step's jobs are one lineage (``kubetrain.client.lineage``,
+the rules the Airflow operators and ``kubetrain resume`` share), found by a hash
+of the step's full identity: the pipeline run (``run_id``), the task
+(``task_name``) and ``job_name``. The components fill ``run_id`` and
+``task_name`` from KFP's placeholders when a pipeline calls them, so a retried
+or preempted step finds its own job and a new run of the pipeline never finds
+an old run's. When the step runs again (``set_retry``), the lineage's latest
+attempt decides: still running, it is reattached; suspended, resumed;
+succeeded, its result is reported again; failed, the next attempt is submitted
+with the same checkpoint dir and volume once the failed one's pods are gone, so
+training resumes from the last checkpoint. A dead job is never waited on again.
+Inputs that change what the job runs make a lineage of their own.
 
 Cancellation: KFP stops a cancelled step's pod with SIGTERM; the job is then
 deleted, so nothing keeps training for a run nobody waits for.
@@ -18,20 +23,18 @@ deleted, so nothing keeps training for a run nobody waits for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.client import JobClient, builders, kinds
+from kubetrain.client import JobClient, builders, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobTimeoutError
 
 Obj = dict[str, Any]
@@ -45,6 +48,7 @@ class LaunchRequest:
     kind: str
     job_name: str = ""
     run_id: str = ""
+    task_name: str = ""
     namespace: str = ""
     manifest: Mapping[str, Any] | None = None
     image: str = ""
@@ -85,22 +89,51 @@ class LaunchRequest:
             raise InvalidJobError(
                 "resume_from needs checkpoint_dir: where the job reads and writes checkpoints"
             )
+        for field_name in ("run_id", "task_name"):
+            if "{{$" in getattr(self, field_name):
+                raise InvalidJobError(
+                    f"{field_name} is {getattr(self, field_name)!r}: KFP did not resolve that placeholder; "
+                    "pass it where the pipeline calls the component"
+                )
+        if not self.run_id:
+            raise InvalidJobError(
+                "run_id is empty, so this step could not tell its pipeline run from another run's: pass "
+                "run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER (kubetrain's components do when a pipeline calls "
+                "them; a component loaded from YAML does not), or a fixed value to continue one lineage "
+                "across runs"
+            )
 
-    def lineage(self) -> str:
-        """The job name shared by every attempt of this step: ``job_name``, made unique per pipeline run
-        by ``run_id`` (pass ``dsl.PIPELINE_JOB_ID_PLACEHOLDER``)."""
-        base = str(self.job_name or (self.manifest or {}).get("metadata", {}).get("name") or "")
-        if not base:
-            base = f"kfp-{uuid.uuid4().hex[:8]}"  # no identity given: a retry cannot find this job again
-        if self.run_id:
-            base = f"{base[:30]}-{hashlib.sha1(self.run_id.encode()).hexdigest()[:8]}"
-        return naming.dns_label(base)
+    def job_base_name(self) -> str:
+        """What the step's jobs are called after: ``job_name``, the manifest's name, else the task."""
+        given = self.job_name or (self.manifest or {}).get("metadata", {}).get("name") or self.task_name
+        return str(given or "kfp-step")
+
+    def identity(self) -> lineage.Identity:
+        """The step's full identity: pipeline run, task and job name (every retry of the step has it)."""
+        return lineage.Identity.kfp(self.run_id, self.task_name, self.job_base_name())
+
+    def lineage_name(self) -> str:
+        """The readable lineage of the step's jobs: the job name with a hash of the step's identity,
+        unique per pipeline run and task; its attempts are named ``<lineage>-a<N>``."""
+        return naming.dns_label(f"{self.job_base_name()[:30]}-{self.identity().hash[:8]}")
+
+    def lineage_request(self, namespace: str) -> lineage.Request:
+        """What ``kubetrain.client.lineage`` needs to find, reattach to or submit this step's job."""
+        body = self.build(naming.attempt_name(self.lineage_name(), 1))
+        return lineage.Request(
+            identity=self.identity(),
+            kind=self.kind,
+            namespace=namespace,
+            base_lineage=self.lineage_name(),
+            spec_hash=lineage.spec_hash(body),
+            template=body,
+        )
 
     def build(self, name: str) -> Obj:
         """The first attempt's manifest."""
         body: Obj
         if self.manifest:
-            body = json.loads(json.dumps(self.manifest))
+            body = _whole_numbers(json.loads(json.dumps(self.manifest)))
             body.setdefault("metadata", {})["name"] = name
             if body.get("kind") and body["kind"] != self.kind:
                 raise InvalidJobError(f"manifest is a {body['kind']}; this launcher runs {self.kind}s")
@@ -130,12 +163,25 @@ class LaunchRequest:
             else:
                 body = builders.pytorchjob(spec, num_workers=self.num_workers)
         meta = body["metadata"]
-        meta.setdefault("labels", {})[naming.LABEL_LINEAGE] = self.lineage()
+        meta.setdefault("labels", {})[naming.LABEL_LINEAGE] = self.lineage_name()
         annotations = meta.setdefault("annotations", {})
         annotations.setdefault(naming.ANNOTATION_ATTEMPT, "1")
         if self.resume_from:
             annotations[naming.ANNOTATION_LAST_CHECKPOINT] = self.resume_from
         return body
+
+
+def _whole_numbers(value: Any) -> Any:
+    """``value`` with every float that is a whole number made an int. KFP passes a ``manifest`` as a
+    protobuf Struct, whose numbers are all floats: ``replicas: 1`` arrives as ``1.0``, which the API
+    server's validation rules refuse where they expect an integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
 
 
 @dataclass
@@ -173,32 +219,11 @@ def _default_namespace() -> str:
 
 
 def _submit_or_resume(jobs: JobClient, request: LaunchRequest, namespace: str) -> Obj:
-    lineage = request.lineage()
-    attempts = jobs.list(
-        kind=request.kind, namespace=namespace, label_selector=f"{naming.LABEL_LINEAGE}={lineage}"
-    )
-    latest = max(attempts, key=_attempt, default=None)
-    if latest is None:
-        body = request.build(naming.attempt_name(lineage, 1))
-        body["metadata"]["namespace"] = namespace
-        job = jobs.create(body)
-        _log(f"submitted {request.kind} {namespace}/{job['metadata']['name']}")
-        return job
-    state = kinds.state(latest)
-    name = latest["metadata"]["name"]
-    if state == "Failed":
-        job = jobs.resubmit(latest)
-        _log(
-            f"{name} failed before ({kinds.failure(latest)[0]}); submitted {job['metadata']['name']}, attempt "
-            f"{_attempt(job)}, resuming from {latest['metadata'].get('annotations', {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or 'the latest checkpoint'}"
-        )
-        return job
-    _log(f"reattached to {request.kind} {namespace}/{name} ({state})")
-    return latest
-
-
-def _attempt(job: Obj) -> int:
-    return int((job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_ATTEMPT, "1") or 1)
+    """Reattach to, resume or submit this step's job, as its lineage's attempts say."""
+    prepared = jobs.prepare_attempt(request.lineage_request(namespace), log=_log)
+    job = prepared.job
+    _log(f"{request.kind} {namespace}/{job['metadata']['name']}: attempt {lineage.attempt_of(job)}")
+    return job
 
 
 def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:

@@ -7,6 +7,12 @@ sensors, so the step's lifetime is the job's. The work is done by
 outputs (KFP embeds a component's source, so everything it uses is imported
 inside the function).
 
+Identity: a step's jobs are found again (a retry, a preempted step) by its
+pipeline run, task and job name. Called in a pipeline, the components fill
+``run_id`` and ``task_name`` with KFP's ``PIPELINE_JOB_ID_PLACEHOLDER`` and
+``PIPELINE_TASK_NAME_PLACEHOLDER`` unless given: KFP resolves placeholders only
+where a pipeline passes them, never in a component's defaults.
+
 Outputs: ``state``, ``job_name`` and ``last_checkpoint`` as values, the
 training report's metrics as a ``Metrics`` artifact, and a ``Model`` artifact
 pointing at the final checkpoint (claim and path). The TrainJob launcher takes
@@ -20,6 +26,8 @@ from typing import NamedTuple, Optional
 
 from kfp import dsl
 from kfp.dsl import Metrics, Model, Output, TaskConfig
+from kfp.dsl.pipeline_task import PipelineTask
+from kfp.dsl.python_component import PythonComponent
 
 IMAGE = os.environ.get("KUBETRAIN_COMPONENT_IMAGE", "kubetrain/kubetrain:0.1.0")
 
@@ -37,6 +45,7 @@ def pytorchjob_launcher(
     model: Output[Model],
     job_name: str = "",
     run_id: str = "",
+    task_name: str = "",
     namespace: str = "",
     manifest: Optional[dict] = None,
     image: str = "",
@@ -75,6 +84,7 @@ def trainjob_launcher(
     runtime: str = "",
     job_name: str = "",
     run_id: str = "",
+    task_name: str = "",
     namespace: str = "",
     manifest: Optional[dict] = None,
     image: str = "",
@@ -101,3 +111,18 @@ def trainjob_launcher(
 
     outputs = namedtuple("Outputs", ["state", "job_name", "last_checkpoint"])
     return outputs(*run_component("TrainJob", inputs))
+
+
+class _KnowsItsRun(PythonComponent):
+    """A launcher that, called in a pipeline, passes the run and task it runs in as ``run_id`` and
+    ``task_name`` (unless given), so every retry of the step finds its own job and no other run's."""
+
+    def __call__(self, *args: object, **kwargs: object) -> PipelineTask:
+        kwargs.setdefault("run_id", dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        kwargs.setdefault("task_name", dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+        task: PipelineTask = super().__call__(*args, **kwargs)
+        return task
+
+
+for _launcher in (pytorchjob_launcher, trainjob_launcher):
+    _launcher.__class__ = _KnowsItsRun

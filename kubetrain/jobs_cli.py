@@ -35,8 +35,8 @@ from kubernetes_asyncio.client import ApiException
 from rich.console import Console
 from rich.table import Table
 
-from kubetrain.client import JobClient, kinds
-from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError
+from kubetrain.client import JobClient, kinds, lineage
+from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
 
 Obj = dict[str, Any]
 
@@ -420,27 +420,33 @@ def register(app: typer.Typer) -> None:
         namespace: Namespace = None,
         wait: Annotated[bool, typer.Option(help="Wait for it to finish; exit with the outcome.")] = False,
         timeout: Timeout = None,
+        pod_wait: Annotated[
+            float,
+            typer.Option(help="Seconds to wait for a failed attempt's pods to end before resubmitting."),
+        ] = lineage.POD_WAIT_SECONDS,
         kubeconfig: Kubeconfig = None,
         context: Context = None,
     ) -> None:
-        """Resume a suspended job, or resubmit a failed one as its next attempt (same checkpoint dir)."""
+        """Resume a suspended job, or resubmit a failed one as its lineage's next attempt (same
+        checkpoint dir), once the failed attempt's pods are gone."""
         with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-            state = kinds.state(found)
-            if state == "Suspended":
-                resumed = client.set_suspended(found["kind"], found["metadata"]["name"], ns, False)
-                console.print(f"resumed {found['kind']} {ns}/{found['metadata']['name']}")
-            elif state == "Failed":
-                resumed = client.resubmit(found)
-                report = kinds.report(found)
-                console.print(
-                    f"submitted {resumed['kind']} {ns}/{resumed['metadata']['name']} "
-                    f"(attempt {resumed['metadata']['annotations'].get('kubetrain.dev/attempt')}), resuming from "
-                    f"{found['metadata'].get('annotations', {}).get('kubetrain.dev/last-checkpoint') or report.get('last_checkpoint') or 'the latest checkpoint'}"
+            try:
+                prepared = client.prepare_attempt(
+                    lineage.resume_request(found),
+                    log=lambda line: errors.print(line, highlight=False, markup=False),
+                    pod_wait=pod_wait,
+                    include=[found],
                 )
+            except LineageError as exc:
+                fail(str(exc), EXIT_TIMEOUT if exc.action == "wait" else EXIT_USAGE)
+            resumed, decision = prepared.job, prepared.decision
+            where = f"{resumed['kind']} {ns}/{resumed['metadata']['name']}"
+            if decision.action is lineage.Action.RESUME:
+                console.print(f"resumed {where}")
             else:
-                fail(
-                    f"{found['kind']} {ns}/{found['metadata']['name']} is {state}: only Suspended or Failed jobs resume",
-                    EXIT_USAGE,
+                console.print(
+                    f"submitted {where} (attempt {decision.number}), resuming from "
+                    f"{decision.last_checkpoint or 'the latest checkpoint'}"
                 )
             if wait:
                 finish(client, wait_with_progress(client, resumed, timeout))

@@ -60,6 +60,20 @@ ANNOTATION_ATTEMPT: Final = "kubetrain.dev/attempt"
 ANNOTATION_TTL_AFTER_FINISHED: Final = "kubetrain.dev/ttl-seconds-after-finished"
 LABEL_LINEAGE: Final = "kubetrain.dev/lineage"
 
+# -- lineages: the attempts of one training run (kubetrain.client.lineage) -------------------------
+# Earlier attempts are found by a hash of the caller's full identity, never by readable labels alone:
+# those are lossy (label values drop characters), so two callers could share them.
+LABEL_IDENTITY_HASH: Final = "kubetrain.dev/identity-hash"
+ANNOTATION_IDENTITY: Final = "kubetrain.dev/identity"  # the identity itself, compared in full
+ANNOTATION_SPEC_HASH: Final = "kubetrain.dev/spec-hash"  # what the attempt was asked to run
+ANNOTATION_RESULT_DELIVERED: Final = "kubetrain.dev/result-delivered"  # the task returned this result
+# Readable labels of an Airflow task's job, for people and kubectl; never used to find a job.
+LABEL_DAG_ID: Final = "kubetrain.dev/dag-id"
+LABEL_TASK_ID: Final = "kubetrain.dev/task-id"
+LABEL_RUN_ID: Final = "kubetrain.dev/run-id"
+LABEL_MAP_INDEX: Final = "kubetrain.dev/map-index"
+LABEL_TRY_NUMBER: Final = "kubetrain.dev/try-number"
+
 ENV_CHECKPOINT_DIR: Final = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM: Final = "KUBETRAIN_RESUME_FROM"
 ENV_ATTEMPT: Final = "KUBETRAIN_ATTEMPT"
@@ -110,3 +124,8 @@ def label_value(text: str) -> str:
     if len(cleaned) <= 63:
         return cleaned
     return f"{cleaned[:54].rstrip('_.-')}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+def identity_hash(identity: str) -> str:
+    """A label value standing for ``identity`` (any text): 40 hex digits of its SHA-256."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:40]

@@ -5,18 +5,19 @@ arguments, checked before anything is submitted) and waits for it, in the
 worker with status lines and rank 0's log streamed into the task log, or
 deferred to the triggerer (``deferrable=True``).
 
-Identity and retries. The job's name is derived from the DAG, task, run and map
-index, so it is the same every time the task runs, and the job carries those
-as labels plus the try number. Before submitting, the task looks for the job a
-previous try started: the ``task_state_store`` on Airflow 3.3+
-(``ResumableJobMixin``, ``durable=True``), else a label search. A job that is
-still running is reattached to; one that succeeded is returned without running
-again; one that **failed is never reattached to**: the next attempt is
-submitted with the same checkpoint dir and lineage and ``attempt + 1``, so
-training resumes from its last checkpoint.
+Identity and retries. Every try of one task instance belongs to one lineage
+(``kubetrain.client.lineage``, the rules the KFP launchers and ``kubetrain
+resume`` share): its jobs are found by a hash of the task instance's full
+identity (DAG, task, run, map index), never by the readable labels, which lose
+characters. A job that is still running is reattached to, a suspended one
+resumed; one that succeeded is returned without running again (unless
+``rerun_on_clear`` and the task is run again after it returned); one that
+**failed is never reattached to**: the next attempt is submitted with the same
+checkpoint dir and lineage and ``attempt + 1``, once the failed one's pods are
+gone, so training resumes from its last checkpoint.
 
 Cancellation: ``on_kill`` (and the trigger's ``on_kill`` on 3.3+) deletes or
-suspends the job (``on_kill_action``); after a normal finish ``on_finish_action``
+suspends this task instance's job only (``on_kill_action``); after a normal finish ``on_finish_action``
 deletes it, deletes it only when it succeeded, or keeps it (the default; set
 ``ttl_seconds_after_finished`` to let the controller clean up).
 """
@@ -24,20 +25,27 @@ deletes it, deletes it only when it succeeded, or keeps it (the default; set
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import yaml
+from kubernetes_asyncio.client import ApiException
 
 from kubetrain import naming
-from kubetrain.client import JobClient, JobFailedError, builders, kinds
+from kubetrain.api import v2
+from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
 from kubetrain.client.builders import JobSpec
-from kubetrain.client.errors import InvalidJobError, JobError
+from kubetrain.client.errors import InvalidJobError, JobError, LineageError
+from kubetrain.controller.kube.resources import PVCS
+from kubetrain.controller.runtimes import trainjob as trainjob_runtime
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
 from kubetrain.operators.links import TrainingJobLink
@@ -47,11 +55,11 @@ Obj = dict[str, Any]
 ON_FINISH = ("delete", "delete_succeeded", "keep")
 ON_KILL = ("delete", "suspend", "keep")
 XCOM_JOB = "kubetrain_job"
-LABEL_DAG = "kubetrain.dev/dag-id"
-LABEL_TASK = "kubetrain.dev/task-id"
-LABEL_RUN = "kubetrain.dev/run-id"
-LABEL_MAP = "kubetrain.dev/map-index"
-LABEL_TRY = "kubetrain.dev/try-number"
+LABEL_DAG = naming.LABEL_DAG_ID
+LABEL_TASK = naming.LABEL_TASK_ID
+LABEL_RUN = naming.LABEL_RUN_ID
+LABEL_MAP = naming.LABEL_MAP_INDEX
+LABEL_TRY = naming.LABEL_TRY_NUMBER
 
 _Bases: tuple[type, ...] = (
     (ResumableJobMixin, BaseOperator) if ResumableJobMixin is not None else (BaseOperator,)
@@ -59,7 +67,8 @@ _Bases: tuple[type, ...] = (
 
 
 def task_identity(context: Mapping[str, Any]) -> dict[str, str]:
-    """The labels that tie a job to one task instance (the try number separately)."""
+    """Readable labels of a task instance's job (the try number separately), for people and kubectl.
+    Label values lose characters, so retries never search by them: see ``task_lineage``."""
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
     mapped = map_index is not None and map_index >= 0
@@ -71,6 +80,12 @@ def task_identity(context: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def task_lineage(context: Mapping[str, Any]) -> lineage.Identity:
+    """The full identity of a task instance: how every try finds the jobs of the ones before."""
+    ti = context["ti"]
+    return lineage.Identity.airflow(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+
+
 def derived_name(context: Mapping[str, Any]) -> str:
     """``<task>-<hash of dag, task, run, map index>``: the same on every try of one task instance."""
     ti = context["ti"]
@@ -78,11 +93,187 @@ def derived_name(context: Mapping[str, Any]) -> str:
     return naming.dns_label(f"{ti.task_id}-{digest.hexdigest()[:8]}")
 
 
+# -- the manifest: parsed before it is rendered -------------------------------------------------------
+JINJA_MARKERS = ("{{", "{%", "{#")
+
+
+def parse_manifest_text(text: str) -> Obj:
+    """A manifest from YAML (or JSON) text, read before any template in it is rendered."""
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise InvalidJobError(
+            f"job is not valid YAML before its templates are rendered ({problem}); quote each templated "
+            'value, e.g. image: "{{ params.image }}": a template renders into one value of the manifest, '
+            "never into its structure"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise InvalidJobError("job must be a manifest: a mapping with apiVersion, kind, metadata and spec")
+    return loaded
+
+
+def is_whole_template(text: str) -> bool:
+    """``job`` is one template expression, e.g. ``{{ ti.xcom_pull('build_manifest') }}``: the whole
+    manifest comes from it (a task built it), so it is rendered as a whole."""
+    stripped = text.strip()
+    return (
+        stripped.startswith("{{")
+        and stripped.endswith("}}")
+        and stripped.count("{{") == 1
+        and "{%" not in stripped
+    )
+
+
+def render_manifest_leaves(template: Any, render: Callable[[str], Any], where: str = "job") -> Any:
+    """Render each templated string value of a parsed manifest with ``render``; keys stay as written.
+
+    A rendered value must stay one value (text, a number, a boolean): one that became a mapping or a
+    list (a DAG that renders native objects can do that) is refused, so nothing a template inserts,
+    ``dag_run.conf`` included, can add structure such as ``securityContext`` or ``hostPath``."""
+    if isinstance(template, str):
+        if not any(marker in template for marker in JINJA_MARKERS):
+            return template
+        value = render(template)
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InvalidJobError(
+                f"{where}: the template {template!r} rendered into a {type(value).__name__}; a templated "
+                "value renders into one value (text, a number, a boolean), never into YAML structure"
+            )
+        return value
+    if isinstance(template, Mapping):
+        return {
+            key: render_manifest_leaves(value, render, f"{where}.{key}") for key, value in template.items()
+        }
+    if isinstance(template, list):
+        return [render_manifest_leaves(item, render, f"{where}[{i}]") for i, item in enumerate(template)]
+    return template
+
+
+# -- outputs that outlive their job ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClaimMount:
+    """A PersistentVolumeClaim the trainer's pods mount at ``path``; ``owned``: deleted with the job."""
+
+    path: str
+    claim: str
+    owned: bool
+
+
+def trainer_claim_mounts(trainjob: Obj, runtime: Obj) -> list[ClaimMount]:
+    """The claims a TrainJob's trainer pods mount on ``runtime``, resolved as the controller resolves them.
+
+    A ``volumeClaimPolicies`` claim ``<volume>-<trainjob>`` belongs to the TrainJob (is deleted with it)
+    unless its ``retentionPolicy.whenDeleted`` is ``Retain``; the checkpoint volume is the user's own
+    claim. Raises ``BuildError`` when the TrainJob does not fit the runtime."""
+    job = copy.deepcopy(trainjob)
+    meta = job.setdefault("metadata", {})
+    meta.setdefault("uid", "")  # only owner references read it
+    meta.setdefault("namespace", "")
+    info = trainjob_runtime.build(job, runtime)
+    owned = {
+        extra.name
+        for extra in info.extras
+        if extra.resource is PVCS and extra.make()["metadata"].get("ownerReferences")
+    }
+    mounts: list[ClaimMount] = []
+    trainer = info.trainer()
+    if trainer is not None:
+        spec = trainer.template.get("spec") or {}
+        claims = {
+            volume.get("name"): (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            for volume in spec.get("volumes") or []
+        }
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            for mount in container.get("volumeMounts") or []:
+                claim = claims.get(mount.get("name"))
+                if claim and mount.get("mountPath"):
+                    mounts.append(ClaimMount(str(mount["mountPath"]), str(claim), claim in owned))
+    annotations = meta.get("annotations") or {}
+    checkpoint_dir = annotations.get(naming.ANNOTATION_CHECKPOINT_DIR)
+    checkpoint_volume = annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
+    if checkpoint_dir and checkpoint_volume:
+        mounts.append(ClaimMount(str(checkpoint_dir), str(checkpoint_volume), False))
+    return mounts
+
+
+def holding_claim(path: str, mounts: Sequence[ClaimMount]) -> ClaimMount | None:
+    """The claim ``path`` lies on: the deepest mount that contains it."""
+
+    def contains(mount: ClaimMount) -> bool:
+        root = mount.path.rstrip("/")
+        return path == root or path.startswith(root + "/")
+
+    return max((m for m in mounts if contains(m)), key=lambda m: len(m.path), default=None)
+
+
+def output_paths(job: Obj) -> list[str]:
+    """Where a job's outputs are: its reported last checkpoint, then its checkpoint dir."""
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    found = [
+        annotations.get(naming.ANNOTATION_LAST_CHECKPOINT),
+        kinds.report(job).get("last_checkpoint"),
+        annotations.get(naming.ANNOTATION_CHECKPOINT_DIR),
+    ]
+    return list(dict.fromkeys(p for p in found if isinstance(p, str) and p.startswith("/")))
+
+
+def output_deleted_with_job(paths: Sequence[str], mounts: Sequence[ClaimMount]) -> tuple[str, str] | None:
+    """``(path, claim)``: the first output that lies on a claim deleting the job would delete."""
+    for path in paths:
+        mount = holding_claim(path, mounts)
+        if mount is not None and mount.owned:
+            return path, mount.claim
+    return None
+
+
+async def _live_runtime(aio: AsyncJobClient, trainjob: Obj, namespace: str) -> Obj | None:
+    """The (Cluster)TrainingRuntime a TrainJob names; None when it cannot be read (yet)."""
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    name = ref.get("name")
+    if not name:
+        return None
+    try:
+        found: Obj
+        if (ref.get("kind") or "ClusterTrainingRuntime") == "TrainingRuntime":
+            found = await aio.custom.get_namespaced_custom_object(
+                v2.GROUP, v2.VERSION, namespace, "trainingruntimes", name
+            )
+        else:
+            found = await aio.custom.get_cluster_custom_object(
+                v2.GROUP, v2.VERSION, "clustertrainingruntimes", name
+            )
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+    return found
+
+
+async def _runtime_ran_on(aio: AsyncJobClient, trainjob: Obj) -> Obj | None:
+    """The runtime a TrainJob ran on: the controller's snapshot of it, else the live runtime."""
+    meta = trainjob["metadata"]
+    with contextlib.suppress(ApiException):
+        listed = await aio.core.list_namespaced_config_map(
+            meta["namespace"], label_selector=f"{naming.TRAINJOB_RUNTIME_SNAPSHOT}={meta['name']}"
+        )
+        for snapshot in listed.items:
+            owners = snapshot.metadata.owner_references or []
+            text = (snapshot.data or {}).get("runtime")
+            if text and any(owner.uid == meta.get("uid") for owner in owners):
+                runtime = yaml.safe_load(text)
+                if isinstance(runtime, dict):
+                    return runtime
+    return await _live_runtime(aio, trainjob, meta["namespace"])
+
+
 class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     """Run a Kubeflow training job (any kind) and wait for it.
 
     :param kind: PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob or TrainJob.
-    :param job: a full manifest: a dict, a YAML string, or a path to a ``.yaml``/``.json`` file (templated).
+    :param job: a full manifest: a dict, a YAML string, or a path to a ``.yaml``/``.json`` file. Templated
+        value by value: parsed first, then each string value rendered on its own (keys never), so no
+        templated value adds structure; quote templated values in YAML.
         When given, the convenience arguments below that shape the job are not allowed.
     :param name: the job's name; default derived from the DAG, task, run and map index.
     :param namespace: where the job runs (default: the connection's namespace, else ``default``).
@@ -112,9 +303,12 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     :param get_logs: stream rank 0's log into the task log (and its tail on failure).
     :param status_interval: seconds between status lines in the task log.
     :param wait_for_completion: wait for the job (False: submit and return its identity).
-    :param on_finish_action: delete, delete_succeeded or keep the job after it finished.
+    :param on_finish_action: delete, delete_succeeded or keep the job after it finished. A delete that
+        would take along the claim holding the job's checkpoints (a TrainJob's own claim) is refused.
     :param on_kill_action: delete, suspend or keep the job when the task is killed.
-    :param durable: Airflow 3.3+: remember the job in the task state store so a retry reattaches or resumes.
+    :param rerun_on_clear: a task cleared after it succeeded trains again (the lineage's next attempt)
+        instead of returning the succeeded job's result.
+    :param durable: Airflow 3.3+: also record the job in use in the task state store.
     :param job_url_template: the extra link's URL, with ``{kind}``, ``{plural}``, ``{group}``, ``{namespace}``,
         ``{name}``; default from ``[kubetrain] job_url_template``.
     """
@@ -179,6 +373,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         wait_for_completion: bool = True,
         on_finish_action: str = "keep",
         on_kill_action: str = "delete",
+        rerun_on_clear: bool = False,
         job_url_template: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -219,9 +414,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self.wait_for_completion = wait_for_completion
         self.on_finish_action = on_finish_action
         self.on_kill_action = on_kill_action
+        self.rerun_on_clear = rerun_on_clear
         self.job_url_template = job_url_template
         self._killed = False
         self._current: Obj | None = None
+        self._job_ref: dict[str, str] | None = None  # the job this task instance runs, once known
         self._check_arguments()
 
     # -- arguments -------------------------------------------------------------------------------
@@ -251,6 +448,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 raise ValueError(
                     f"pass either job (a full manifest) or convenience arguments, not both: {given}"
                 )
+            if isinstance(self.job, str) and "\n" in self.job and not is_whole_template(self.job):
+                parse_manifest_text(self.job)  # a manifest that only parses once rendered is refused now
         elif not self.image and not _templated(self.image):
             raise ValueError("image is required when no job manifest is given")
         if self.kind == "TrainJob" and self.job is None and not self.runtime:
@@ -329,12 +528,46 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         text = job
         if "\n" not in job and Path(job).suffix in (".yaml", ".yml", ".json") and Path(job).exists():
             text = Path(job).read_text()
-        loaded = yaml.safe_load(text)
-        if not isinstance(loaded, dict):
-            raise InvalidJobError(
-                "job must be a manifest: a mapping with apiVersion, kind, metadata and spec"
-            )
-        return loaded
+        return parse_manifest_text(text)
+
+    def render_template(
+        self,
+        content: Any,
+        context: Any,
+        jinja_env: jinja2.Environment | None = None,
+        seen_oids: set[int] | None = None,
+    ) -> Any:
+        """Airflow renders every template field through here (mapped tasks too); ``job`` is parsed
+        first and then rendered value by value (``render_manifest_leaves``), never as one text."""
+        job = getattr(self, "job", None)
+        if content is None or content is not job or not isinstance(content, str | Mapping):
+            return super().render_template(content, context, jinja_env, seen_oids)
+        env = jinja_env or self.get_template_env()
+
+        def render(text: str) -> Any:
+            # Airflow's own rendering of one string: text, or native objects when the DAG asks for them.
+            return self._render(env.from_string(text), context)
+
+        if isinstance(content, str) and is_whole_template(content):
+            whole = render(content)
+            return dict(whole) if isinstance(whole, Mapping) else parse_manifest_text(str(whole))
+        template = (
+            parse_manifest_text(self._manifest_source(content, env)) if isinstance(content, str) else content
+        )
+        return render_manifest_leaves(template, render)
+
+    def _manifest_source(self, job: str, env: jinja2.Environment) -> str:
+        """The text of ``job``: itself, or the file it names, looked up as Airflow looks up template files
+        (the DAG's folder and ``template_searchpath``), else as a path."""
+        if "\n" in job or not job.endswith(tuple(self.template_ext)):
+            return job
+        if env.loader is not None:
+            with contextlib.suppress(jinja2.TemplateNotFound):
+                source: str = env.loader.get_source(env, job)[0]
+                return source
+        if Path(job).is_file():
+            return Path(job).read_text()
+        raise InvalidJobError(f"job: no manifest file {job!r} in the DAG folder or template_searchpath")
 
     def _connection(self) -> ClusterConnection:
         return KubetrainHook(conn_id=self.kubernetes_conn_id).cluster_connection()
@@ -361,70 +594,52 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         except (InvalidJobError, JobError) as exc:
             if "already exists" not in str(exc):
                 raise AirflowException(str(exc)) from None
-        if (
-            ResumableJobMixin is not None
-            and getattr(self, "durable", False)
-            and context.get("task_state_store")
-        ):
-            return self.execute_resumable(context)
-        return self._execute_searching_labels(context)
-
-    def _execute_searching_labels(self, context: Any) -> Any:
-        """Below Airflow 3.3 (or without durability): find a previous try's job by its labels."""
-        previous = self._previous_by_labels(context)
-        if previous is not None and not kinds.is_finished(previous):
-            self.log.info(
-                "reattaching to %s %s/%s started by an earlier try",
-                previous["kind"],
-                self._ns,
-                previous["metadata"]["name"],
-            )
-            ref = _ref(previous)
-        elif previous is not None and kinds.state(previous) == "Succeeded":
-            self.log.info(
-                "%s %s/%s already succeeded on an earlier try",
-                previous["kind"],
-                self._ns,
-                previous["metadata"]["name"],
-            )
-            return self.get_job_result(_ref(previous), context)
-        else:
-            ref = self._submit(previous)
+        self._check_outputs_outlive_the_job()
+        prepared = self._start_or_continue(context)
+        ref = _ref(prepared.job)
+        if prepared.decision.action is lineage.Action.REATTACH and kinds.state(prepared.job) == "Succeeded":
+            self._current = prepared.job  # an earlier try's job already succeeded: its result is ours
+            return self.get_job_result(ref, context)
         self.poll_until_complete(ref, context)
         return self.get_job_result(ref, context)
 
-    def _previous_by_labels(self, context: Any) -> Obj | None:
-        selector = ",".join(f"{k}={v}" for k, v in task_identity(context).items())
-        found = self._client.list(kind=self.kind, namespace=self._ns, label_selector=selector)
-        return max(found, key=_attempt) if found else None
+    def lineage_request(self, context: Any) -> lineage.Request:
+        """This task instance's lineage, for ``kubetrain.client.lineage``: its identity, the manifest to
+        submit, and the name and lineage label of its first job (the ones ``build_manifest`` gave)."""
+        meta = self._manifest["metadata"]
+        return lineage.Request(
+            identity=task_lineage(context),
+            kind=self._manifest["kind"],
+            namespace=self._ns,
+            base_lineage=(meta.get("labels") or {}).get(naming.LABEL_LINEAGE) or meta["name"],
+            spec_hash=lineage.spec_hash(self._manifest),
+            template=self._manifest,
+            first_name=meta["name"],
+            rerun_succeeded=self.rerun_on_clear,
+        )
 
-    def _submit(self, previous: Obj | None) -> dict[str, str]:
-        """Submit the job, or the next attempt of a failed previous one (resuming from its checkpoints)."""
-        if previous is not None:
-            attempt = _attempt(previous) + 1
-            self.log.info(
-                "the earlier attempt %s failed (%s); submitting attempt %d with the same checkpoint "
-                "dir, which resumes from %s",
-                previous["metadata"]["name"],
-                kinds.failure(previous)[0] or "Failed",
-                attempt,
-                (previous["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT)
-                or "the latest checkpoint in that dir",
+    def _start_or_continue(self, context: Any) -> lineage.Prepared:
+        """Reattach to, resume or submit this task instance's job, as its lineage's attempts say."""
+        try:
+            prepared = self._client.prepare_attempt(self.lineage_request(context), log=self.log.info)
+        except LineageError as exc:
+            raise AirflowException(str(exc)) from None
+        ref = _ref(prepared.job)
+        self._job_ref = ref
+        context["ti"].xcom_push(key=XCOM_JOB, value=ref)
+        store = context.get("task_state_store") if getattr(self, "durable", False) else None
+        if store is not None:  # Airflow 3.3+: recorded for tools; the lineage finds the job either way
+            store.set(self.external_id_key, ref)
+        if self._killed:  # on_kill ran while the job was being submitted
+            self._kill_job(ref["kind"], ref["name"], ref["namespace"])
+            raise AirflowException(
+                f"the task was killed; the job was handled per on_kill_action ({self.on_kill_action})"
             )
-            job = self._client.resubmit(previous, labels={LABEL_TRY: str(self._context["ti"].try_number)})
-        else:
-            job = self._client.create(self._manifest, namespace=self._ns)
-            self.log.info("submitted %s %s/%s", job["kind"], self._ns, job["metadata"]["name"])
-        ref = _ref(job)
-        self._context["ti"].xcom_push(key=XCOM_JOB, value=ref)
-        return ref
+        return prepared
 
     # ResumableJobMixin (Airflow 3.3+) ----------------------------------------------------------
     def submit_job(self, context: Any) -> dict[str, str]:
-        store = context.get("task_state_store")
-        stored = store.get(self.external_id_key) if store is not None else None
-        previous = self._client.get(stored["kind"], stored["name"], stored["namespace"]) if stored else None
-        return self._submit(previous if previous is not None and kinds.state(previous) == "Failed" else None)
+        return _ref(self._start_or_continue(context).job)
 
     def get_job_status(self, external_id: dict[str, str], context: Any) -> str:
         job = self._client.get(external_id["kind"], external_id["name"], external_id["namespace"])
@@ -450,6 +665,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             external_id["kind"], external_id["name"], external_id["namespace"]
         )
         result = self._result(job)
+        self._mark_delivered(job)
         self._finish(job)
         return result
 
@@ -515,7 +731,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 kind=ref["kind"],
                 name=ref["name"],
                 namespace=ref["namespace"],
-                connection=self._connection_info.to_dict(),
+                kubernetes_conn_id=self.kubernetes_conn_id,  # the triggerer reads the connection itself
+                uid=ref.get("uid") or None,
                 deadline=deadline,
                 status_interval=self.status_interval,
                 on_kill_action=self.on_kill_action,
@@ -535,6 +752,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         if status == "success":
             job = event["job"]
             result = self._result(job)
+            self._mark_delivered(job)
             self._finish(job)
             return result
         if status == "failed":
@@ -571,15 +789,68 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             "report": report,
         }
 
+    def _output_refusal(self, job: Obj, runtime: Obj | None) -> str | None:
+        """Why ``on_finish_action`` may not delete ``job``: the claim holding its output would go with it."""
+        if job.get("kind") != "TrainJob" or runtime is None:
+            return None
+        try:
+            found = output_deleted_with_job(output_paths(job), trainer_claim_mounts(job, runtime))
+        except trainjob_runtime.BuildError:
+            return None  # the controller fails such a job, naming the problem
+        if found is None:
+            return None
+        path, claim = found
+        return (
+            f"on_finish_action={self.on_finish_action!r} would delete TrainJob {job['metadata'].get('name')} "
+            f"and with it the claim {claim}, which holds {path}: the runtime's volumeClaimPolicies delete "
+            "that claim with the TrainJob (retentionPolicy.whenDeleted: Delete). Run on a runtime that "
+            "retains it (whenDeleted: Retain, as the shipped torchtune runtimes do for their output claim), "
+            "or set on_finish_action='keep'"
+        )
+
+    def _check_outputs_outlive_the_job(self) -> None:
+        """Before submitting: refuse an ``on_finish_action`` that would delete the checkpoints' claim."""
+        if self.on_finish_action == "keep" or self._manifest.get("kind") != "TrainJob":
+            return
+        runtime = self._client.run(_live_runtime(self._client.aio, self._manifest, self._ns))
+        refusal = self._output_refusal(self._manifest, runtime)
+        if refusal is not None:
+            raise AirflowException(f"{refusal}; nothing was submitted")
+
     def _finish(self, job: Obj) -> None:
         succeeded = kinds.state(job) == "Succeeded"
         if self.on_finish_action == "delete" or (self.on_finish_action == "delete_succeeded" and succeeded):
+            refusal = self._finish_refusal(job)
+            if refusal is not None:
+                if succeeded:  # the task's result points at that output: fail rather than lose it
+                    raise AirflowException(f"{refusal}; the TrainJob was kept")
+                self.log.warning("%s; the TrainJob was kept", refusal)
+                return
             self._client.delete(job["kind"], job["metadata"]["name"], job["metadata"]["namespace"])
             self.log.info(
                 "deleted %s %s (on_finish_action=%s)",
                 job["kind"],
                 job["metadata"]["name"],
                 self.on_finish_action,
+            )
+
+    def _finish_refusal(self, job: Obj) -> str | None:
+        if job.get("kind") != "TrainJob":
+            return None
+        live = self._client.get(job["kind"], job["metadata"]["name"], job["metadata"]["namespace"])
+        if live is None:
+            return None
+        return self._output_refusal(live, self._client.run(_runtime_ran_on(self._client.aio, live)))
+
+    def _mark_delivered(self, job: Obj) -> None:
+        """With ``rerun_on_clear``: note on the job that this task returned its result, so a later run of
+        the task instance knows it was cleared (train again), not retried after a lost worker (return it)."""
+        if not self.rerun_on_clear:
+            return
+        meta = job["metadata"]
+        with contextlib.suppress(JobError):  # gone already (a TTL): the next run starts afresh anyway
+            self._client.annotate(
+                job["kind"], meta["name"], meta["namespace"], {naming.ANNOTATION_RESULT_DELIVERED: "true"}
             )
 
     def _kill_job(self, kind: str, name: str, namespace: str) -> None:
@@ -593,19 +864,29 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self.log.info("%s %s/%s: %s (on_kill_action)", kind, namespace, name, self.on_kill_action)
 
     def on_kill(self) -> None:
-        """The task was killed: stop its job as ``on_kill_action`` says, and make sure the task fails."""
+        """The task was killed: stop its job as ``on_kill_action`` says, and make sure the task fails.
+
+        Only this task instance's job (this map index's, on a mapped task): the one it submitted or
+        reattached to, else the one it pushed to XCom for its own map index, checked to be its own."""
         self._killed = True
-        ref = None
-        with contextlib.suppress(Exception):  # no context or no XCom yet: fall back to the manifest
-            ref = self._context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_JOB)
-        if ref is None and getattr(self, "_manifest", None) is not None:
-            ref = {
-                "kind": self._manifest["kind"],
-                "name": self._manifest["metadata"]["name"],
-                "namespace": self._ns,
-            }
+        ref = self._job_ref or self._pushed_ref()
         if ref is not None:
             self._kill_job(ref["kind"], ref["name"], ref["namespace"])
+
+    def _pushed_ref(self) -> dict[str, str] | None:
+        context = getattr(self, "_context", None)
+        if context is None:
+            return None
+        ti = context["ti"]
+        try:  # without map_indexes, Airflow 2 returns the first map index's value: another task's job
+            ref = ti.xcom_pull(task_ids=self.task_id, key=XCOM_JOB, map_indexes=getattr(ti, "map_index", -1))
+            client = getattr(self, "_client", None) or self._connection().client()
+            job = client.get(ref["kind"], ref["name"], ref["namespace"]) if isinstance(ref, Mapping) else None
+        except Exception:  # no XCom, no cluster: nothing this task can tell is its own
+            return None
+        if job is None or lineage.Identity.of_job(job) != task_lineage(context):
+            return None
+        return _ref(job)
 
 
 class PyTorchJobOperator(TrainingJobOperator):
@@ -640,10 +921,6 @@ def _ref(job: Obj) -> dict[str, str]:
         "namespace": meta["namespace"],
         "uid": meta.get("uid", ""),
     }
-
-
-def _attempt(job: Obj) -> int:
-    return int((job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_ATTEMPT, "1") or 1)
 
 
 def _rank0_name(job: Obj) -> str:

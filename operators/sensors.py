@@ -71,13 +71,13 @@ class TrainingJobSensor(BaseSensorOperator):  # type: ignore[misc]
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        connection, namespace = self._where()
+        _, namespace = self._where()
         self.defer(
             trigger=JobTrigger(
                 kind=self.kind,
                 name=self.name,
                 namespace=namespace,
-                connection=connection.to_dict(),
+                kubernetes_conn_id=self.kubernetes_conn_id,  # the triggerer reads the connection itself
                 on_kill_action="keep",
             ),
             method_name="execute_complete",

@@ -2,7 +2,9 @@
 
 ``AsyncJobClient`` (asyncio) and ``JobClient`` (the same verbs, synchronous) submit,
 track, wait for, stream the logs of, delete, suspend and resubmit training jobs;
-``builders`` turns a handful of arguments into a PyTorchJob or TrainJob manifest.
+``builders`` turns a handful of arguments into a PyTorchJob or TrainJob manifest;
+``lineage`` is the one lifecycle of a training run's attempts (find the earlier ones,
+then reattach, resume, wait or resubmit) that Airflow, KFP and the CLI share.
 """
 
 from kubetrain.client.aio import AsyncJobClient
@@ -13,6 +15,7 @@ from kubetrain.client.errors import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    LineageError,
 )
 from kubetrain.client.sync import JobClient
 
@@ -25,4 +28,5 @@ __all__ = [
     "JobFailedError",
     "JobNotFoundError",
     "JobTimeoutError",
+    "LineageError",
 ]

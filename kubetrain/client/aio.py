@@ -19,7 +19,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -28,10 +28,9 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiException
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from kubetrain import naming
 from kubetrain.api import v1, v2
 from kubetrain.api.base import ApiModel
-from kubetrain.client import kinds
+from kubetrain.client import kinds, lineage
 from kubetrain.client.errors import (
     InvalidJobError,
     JobExistsError,
@@ -308,6 +307,27 @@ class AsyncJobClient:
             raise
         return job
 
+    async def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
+        """Set annotations on a job (a merge patch of its metadata only)."""
+        spec = kinds.kind_of(kind)
+        try:
+            job: Obj = await retrying(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    spec.group,
+                    spec.version,
+                    namespace,
+                    spec.plural,
+                    name,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type="application/merge-patch+json",
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise JobNotFoundError(f"{kind} {namespace}/{name} not found") from None
+            raise
+        return job
+
     async def resubmit(
         self,
         job: Obj,
@@ -319,33 +339,21 @@ class AsyncJobClient:
         """Submit the next attempt of a job: same spec, checkpoint dir and volume, lineage; attempt + 1.
 
         The new attempt resumes from the last checkpoint the old one reported (``kubetrain.dev/last-checkpoint``),
-        or from the latest in the shared checkpoint directory.
+        or from the latest in the shared checkpoint directory. This submits unconditionally; callers that
+        must not race an earlier attempt's pods use ``prepare_attempt`` (``kubetrain.client.lineage``).
         """
-        meta = job["metadata"]
-        annotations = dict(meta.get("annotations") or {})
-        old_labels = dict(meta.get("labels") or {})
-        lineage = old_labels.get(naming.LABEL_LINEAGE) or meta["name"]
-        attempt = int(annotations.get(naming.ANNOTATION_ATTEMPT, "1") or 1) + 1
-        annotations[naming.ANNOTATION_ATTEMPT] = str(attempt)
-        annotations.pop(naming.ANNOTATION_TRAINING_REPORT, None)
-        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-        spec = copy.deepcopy(job["spec"])
-        if kinds.kind_of(job["kind"]).is_v1:
-            spec.setdefault("runPolicy", {})["suspend"] = False
-        else:
-            spec["suspend"] = False
-        body = {
-            "apiVersion": job["apiVersion"],
-            "kind": job["kind"],
-            "metadata": {
-                "name": name or naming.attempt_name(lineage, attempt),
-                "namespace": meta["namespace"],
-                "labels": {**old_labels, naming.LABEL_LINEAGE: lineage, **(labels or {})},
-                "annotations": annotations,
-            },
-            "spec": spec,
-        }
-        return await self.create(body, dry_run=dry_run)
+        return await self.create(lineage.successor(job, name=name, labels=labels), dry_run=dry_run)
+
+    async def prepare_attempt(
+        self,
+        request: lineage.Request,
+        *,
+        log: Callable[[str], None] = print,
+        pod_wait: float = lineage.POD_WAIT_SECONDS,
+        include: Sequence[Obj] = (),
+    ) -> lineage.Prepared:
+        """Reattach to, resume, or submit the attempt of ``request``'s lineage that should run now."""
+        return await lineage.prepare(self, request, log=log, pod_wait=pod_wait, include=include)
 
     # -- watching and waiting --------------------------------------------------------------------
     async def watch(
@@ -452,6 +460,13 @@ class AsyncJobClient:
         uid = job["metadata"].get("uid")
         listed = await retrying(lambda: self.core.list_namespaced_pod(job["metadata"]["namespace"]))
         return [p for p in listed.items if any(r.uid == uid for r in p.metadata.owner_references or [])]
+
+    async def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]:
+        """Pods of a namespace that match a label selector."""
+        listed = await retrying(
+            lambda: self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+        )
+        return list(listed.items)
 
     async def pending_reasons(self, job: Obj) -> builtins.list[str]:
         """Why the job's pods are not scheduled (e.g. not enough GPUs), from their conditions."""

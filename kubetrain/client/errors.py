@@ -33,5 +33,15 @@ class JobFailedError(JobError):
         super().__init__(text)
 
 
+class LineageError(JobError):
+    """What an earlier attempt of a training run left makes the next step impossible for now, or ever
+    (pods still running, a name taken by another run's job, a job that cannot resume); says which."""
+
+    def __init__(self, message: str, *, action: str = "error", pods: tuple[str, ...] = ()) -> None:
+        self.action = action  # the decision that could not be carried out: "error" or "wait"
+        self.pods = pods  # the live pods waited for, when action is "wait"
+        super().__init__(message)
+
+
 class JobTimeoutError(JobError, TimeoutError):
     """The job did not finish in time; says what it was doing."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from kubetrain.api.base import ApiModel
+from kubetrain.client import lineage
 from kubetrain.client.aio import AsyncJobClient
 
 Obj = dict[str, Any]
@@ -53,6 +54,10 @@ class JobClient:
     @property
     def aio(self) -> AsyncJobClient:
         return self._async
+
+    def run(self, coroutine: Awaitable[T]) -> T:
+        """Run a coroutine that uses ``aio`` on this client's loop, and return its result."""
+        return self._run(coroutine)
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -101,6 +106,21 @@ class JobClient:
     ) -> Obj:
         return self._run(self._async.resubmit(job, name=name, labels=labels, dry_run=dry_run))
 
+    def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
+        return self._run(self._async.annotate(kind, name, namespace, annotations))
+
+    def prepare_attempt(
+        self,
+        request: lineage.Request,
+        *,
+        log: Callable[[str], None] = print,
+        pod_wait: float = lineage.POD_WAIT_SECONDS,
+        include: Sequence[Obj] = (),
+    ) -> lineage.Prepared:
+        """Reattach to, resume, or submit the attempt of ``request``'s lineage that should run now
+        (``kubetrain.client.lineage``)."""
+        return self._run(self._async.prepare_attempt(request, log=log, pod_wait=pod_wait, include=include))
+
     def watch(self, kind: str, name: str, namespace: str, *, timeout: float | None = None) -> Iterator[Obj]:
         return self._iterate(self._async.watch(kind, name, namespace, timeout=timeout))
 
@@ -142,6 +162,9 @@ class JobClient:
 
     def pods(self, job: Obj) -> builtins.list[Any]:
         return self._run(self._async.pods(job))
+
+    def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]:
+        return self._run(self._async.pods_matching(namespace, label_selector))
 
     def pending_reasons(self, job: Obj) -> builtins.list[str]:
         return self._run(self._async.pending_reasons(job))

@@ -7,6 +7,7 @@ and the controller runs as a process of its own.
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import re
 import ssl
@@ -129,8 +130,47 @@ class FakeTaskInstance:
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value
 
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
+    def xcom_pull(
+        self, task_ids: str | None = None, key: str = "return_value", map_indexes: int | None = None
+    ) -> Any:
         return self.xcoms.get(key)
+
+
+@dataclass
+class MappedTaskInstance(FakeTaskInstance):
+    """One map index of a mapped task, its XComs in a table shared with the other map indexes. As on
+    Airflow 2, a pull without ``map_indexes`` returns the first map index's value."""
+
+    table: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.table[key, self.map_index] = value
+
+    def xcom_pull(
+        self, task_ids: str | None = None, key: str = "return_value", map_indexes: int | None = None
+    ) -> Any:
+        found = sorted((index, value) for (k, index), value in self.table.items() if k == key)
+        if map_indexes is None:
+            return found[0][1] if found else None
+        return next((value for index, value in found if index == map_indexes), None)
+
+
+def _execute_in_thread(op: Any, ti: FakeTaskInstance, outcome: dict[str, Any]) -> threading.Thread:
+    """Run ``op.execute`` as a worker would, in a thread; its result or error lands in ``outcome``."""
+
+    def execute() -> None:
+        if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
+            from airflow.models.baseoperator import ExecutorSafeguard
+
+            ExecutorSafeguard._sentinel.callers = {}
+        try:
+            outcome["result"] = op.execute({"ti": ti})
+        except AirflowException as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+    return thread
 
 
 def test_on_kill_deletes_the_job_and_leaves_no_pods(dag_namespace: str, sync_jobs: JobClient) -> None:
@@ -140,19 +180,7 @@ def test_on_kill_deletes_the_job_and_leaves_no_pods(dag_namespace: str, sync_job
         task_id="train", namespace=dag_namespace, job=manifest, get_logs=False, status_interval=1
     )
     outcome: dict[str, Any] = {}
-
-    def execute() -> None:
-        if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
-            from airflow.models.baseoperator import ExecutorSafeguard
-
-            ExecutorSafeguard._sentinel.callers = {}
-        try:
-            op.execute({"ti": FakeTaskInstance()})
-        except AirflowException as exc:
-            outcome["error"] = str(exc)
-
-    thread = threading.Thread(target=execute)
-    thread.start()
+    thread = _execute_in_thread(op, FakeTaskInstance(), outcome)
 
     def running() -> bool:
         job = sync_jobs.get("PyTorchJob", "kill-me", dag_namespace)
@@ -171,6 +199,80 @@ def test_on_kill_deletes_the_job_and_leaves_no_pods(dag_namespace: str, sync_job
         return sync_jobs.get("PyTorchJob", "kill-me", dag_namespace) is None and not pods
 
     _until(gone, 60, "the job and its pods to be gone")
+
+
+def test_on_kill_of_a_mapped_task_stops_its_own_map_indexs_job_only(
+    dag_namespace: str, sync_jobs: JobClient
+) -> None:
+    manifest = pytorchjob("unnamed", workers=0, master_annotations=HANG)
+    del manifest["metadata"]["name"]  # each map index names its job after itself
+    table: dict[tuple[str, int], Any] = {}
+    runs = []
+    for index in (0, 1):
+        op = PyTorchJobOperator(
+            task_id="train",
+            namespace=dag_namespace,
+            job=copy.deepcopy(manifest),
+            get_logs=False,
+            status_interval=1,
+        )
+        outcome: dict[str, Any] = {}
+        ti = MappedTaskInstance(task_id="train", run_id="manual__mapped", map_index=index, table=table)
+        runs.append((op, outcome, _execute_in_thread(op, ti, outcome)))
+
+    def both_running() -> list[Any] | None:
+        jobs = sync_jobs.list(kind="PyTorchJob", namespace=dag_namespace)
+        running = [j for j in jobs if sync_jobs.pods(j)]
+        return running if len(running) == 2 else None
+
+    _until(both_running, 60, "both map indexes' jobs to have pods")
+    mine = {index: runs[index][0]._job_ref["name"] for index in (0, 1)}
+    assert mine[0] != mine[1]
+    killed, survivor = runs[1], runs[0]
+    killed[0].on_kill()  # map index 1 is killed; Airflow 2's XCom would have named map index 0's job
+    killed[2].join(60)
+    assert "killed" in killed[1].get("error", ""), killed[1]
+    _until(lambda: sync_jobs.get("PyTorchJob", mine[1], dag_namespace) is None, 60, "map index 1's job to go")
+    left = sync_jobs.get("PyTorchJob", mine[0], dag_namespace)
+    assert left is not None and left["metadata"].get("deletionTimestamp") is None, "map index 0's job is kept"
+    assert left["metadata"]["labels"]["kubetrain.dev/map-index"] == "0"
+    survivor[0].on_kill()
+    survivor[2].join(60)
+
+
+def test_a_cleared_task_returns_its_result_or_with_rerun_on_clear_trains_again(
+    dag_namespace: str, sync_jobs: JobClient
+) -> None:
+    manifest = pytorchjob("quick", workers=0, master_annotations=runs_for("1s"))
+
+    def run(rerun_on_clear: bool, try_number: int) -> dict[str, Any]:
+        op = PyTorchJobOperator(
+            task_id="train",
+            namespace=dag_namespace,
+            job=manifest,
+            get_logs=False,
+            status_interval=1,
+            rerun_on_clear=rerun_on_clear,
+        )
+        outcome: dict[str, Any] = {}
+        _execute_in_thread(op, FakeTaskInstance(run_id="manual__clear", try_number=try_number), outcome).join(
+            120
+        )
+        assert "result" in outcome, outcome
+        return dict(outcome["result"])
+
+    first = run(rerun_on_clear=True, try_number=1)
+    assert (first["name"], first["attempt"], first["state"]) == ("quick", 1, "Succeeded")
+    cleared = run(rerun_on_clear=False, try_number=2)
+    assert (cleared["name"], cleared["uid"]) == ("quick", first["uid"]), "the default returns the result"
+    retrained = run(rerun_on_clear=True, try_number=3)
+    assert (retrained["name"], retrained["attempt"], retrained["state"]) == ("quick-a2", 2, "Succeeded")
+    assert sorted(
+        j["metadata"]["name"] for j in sync_jobs.list(kind="PyTorchJob", namespace=dag_namespace)
+    ) == [
+        "quick",
+        "quick-a2",
+    ]
 
 
 def _apiserver_requests(cluster: DevCluster, verb: str, resource: str) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 from kubetrain.operators import JobTrigger, PyTorchJobOperator, TrainingJobOperator, TrainJobOperator
 from kubetrain.operators.compat import AirflowException
-from kubetrain.operators.operators import derived_name, task_identity
+from kubetrain.operators.operators import derived_name, task_identity, task_lineage
 from kubetrain.operators.provider import get_provider_info
 from tests.docs_commands import python_blocks
 
@@ -49,6 +49,39 @@ def test_identity_labels_are_label_safe() -> None:
         "kubetrain.dev/run-id": "scheduled__2026-11-29T00_00_00_00_00",
         "kubetrain.dev/map-index": "none",
     }
+
+
+def test_task_instances_the_readable_labels_merge_are_told_apart_by_their_identity() -> None:
+    pairs = [
+        (context(task_id="训练"), context(task_id="評価")),
+        (
+            context(run_id="manual__2026-01-01T00:00:00+00:00"),
+            context(run_id="manual__2026-01-01T00_00_00_00_00"),
+        ),
+    ]
+    for one, other in pairs:
+        assert task_identity(one) == task_identity(other), "the labels for people are the same"
+        assert task_lineage(one) != task_lineage(other) and task_lineage(one).hash != task_lineage(other).hash
+        assert derived_name(one) != derived_name(other)
+    assert task_lineage(context(try_number=1)) == task_lineage(context(try_number=4))
+    assert task_lineage(context(map_index=0)) != task_lineage(context(map_index=1))
+
+
+def test_every_try_asks_for_the_same_lineage() -> None:
+    op = PyTorchJobOperator(task_id="train", image="img", checkpoint_dir="/ckpt", rerun_on_clear=True)
+    requests = []
+    for try_number in (1, 2):
+        ctx = context(try_number=try_number)
+        op._manifest, op._ns = op.build_manifest(ctx), "team-a"
+        requests.append(op.lineage_request(ctx))
+    first, second = requests
+    assert first.identity == second.identity == task_lineage(context())
+    assert first.spec_hash == second.spec_hash, "the try number is a label, not part of the spec"
+    assert first.first_name == first.base_lineage == derived_name(context())
+    assert (first.namespace, first.rerun_succeeded) == ("team-a", True)
+    assert not PyTorchJobOperator(task_id="t", image="img").rerun_on_clear, (
+        "returning the result is the default"
+    )
 
 
 def test_convenience_arguments_build_a_labelled_pytorchjob() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import psutil
 import pytest
 from kubernetes_asyncio import client
 
+from kubetrain import checkpoint, naming
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented_async
 from tests.support import Jobs, eventually
@@ -286,6 +289,86 @@ async def test_a_resubmitted_job_resumes_from_the_same_checkpoint_dir(
     assert report["resumed_from_step"] == 60 and report["step"] == 100 and report["attempt"] == "2"
     master_log = await logs(core, namespace, "attempt-2-master-0")
     assert "resumed from checkpoint step=60" in master_log
+
+
+@pytest.mark.parametrize("failure", ["DeadlineExceeded", "BackoffLimitExceeded"])
+async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
+    failure: str, controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, shell: dict[str, str]
+) -> None:
+    """An OnFailure job on an RWX checkpoint volume fails (its deadline, or its backoff limit while its
+    containers restart in place); the retry a user runs (``kubetrain resume``) trains with no process of
+    the failed attempt beside it, and the directory holds one history: attempt 1, then attempt 2 from
+    where attempt 1 got to."""
+    await make_claim(core, namespace, "ckpt")
+    if failure == "DeadlineExceeded":
+        first = digits_job(
+            "run", steps=100_000, every=10, step_seconds=0.05, workers=1, claim="ckpt",
+            run_policy={"activeDeadlineSeconds": 15},
+        )  # fmt: skip
+    else:  # fails at step 35 on attempt 1 only: each restart resumes from step 30 and fails again
+        first = digits_job(
+            "run", steps=60, every=10, workers=1, claim="ckpt", extra_args=("--fail-at-step=35",),
+            run_policy={"backoffLimit": 1},
+        )  # fmt: skip
+    await jobs.create(first)
+    failed = await jobs.wait_condition("run", "Failed", timeout=300)
+    assert next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["reason"] == failure
+
+    resume = await asyncio.to_thread(
+        subprocess.run,
+        ["kubetrain", "resume", "pytorchjob/run", "--pod-wait=60"],
+        env=shell,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    retry = naming.attempt_name("run", 2)
+    assert f"submitted PyTorchJob {namespace}/{retry} (attempt 2)" in resume.stdout
+
+    async def attempt_2_alone() -> bool:
+        attempts = await _attempts_training(namespace)
+        assert attempts <= {"2"}, f"processes of attempts {sorted(attempts)} train on one directory"
+        return attempts == {"2"}
+
+    await eventually(attempt_2_alone, timeout=120, what="attempt 2 to train")
+    while not await _finished(jobs, retry):
+        await attempt_2_alone()  # and nothing of attempt 1 comes back while it runs
+        await asyncio.sleep(0.5)
+
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    records = [json.loads(line) for line in (host_dir / "metrics.jsonl").read_text().splitlines()]
+    order = [r["attempt"] for r in records]
+    assert order == sorted(order) and set(order) == {1, 2}, f"attempts interleave in the history: {order}"
+    reported = (await jobs.get("run") or {})["metadata"]["annotations"]["kubetrain.dev/last-checkpoint"]
+    resumed_from = int(reported.rsplit("-", 1)[1])  # attempt 1's last checkpoint, where attempt 2 began
+    second = [r["step"] for r in records if r["attempt"] == 2]
+    assert second == sorted(set(second)) and second[0] == resumed_from + 10, (resumed_from, second)
+    published = [e for e in checkpoint.scan(host_dir) if e.kind == "step" and e.complete]
+    assert max(published, key=lambda e: e.step).attempt == 2
+    assert all(e.step <= resumed_from for e in published if e.attempt == 1)
+    assert checkpoint.read_fence(host_dir, "run") == 2
+
+
+async def _attempts_training(namespace: str) -> set[str]:
+    """The ``KUBETRAIN_ATTEMPT`` of every training process of the namespace."""
+    found = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "examples/train_ddp.py" not in " ".join(proc.info["cmdline"] or []):
+                continue
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("KUBETRAIN_POD_NAMESPACE") == namespace:
+            found.add(env.get("KUBETRAIN_ATTEMPT", "1"))
+    return found
+
+
+async def _finished(jobs: Jobs, name: str) -> bool:
+    job = await jobs.get(name)
+    conditions = ((job or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(autouse=True)

@@ -150,6 +150,12 @@ def test_resume_resubmits_a_failed_job_and_logs_show_rank_0(cli: Any) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "flaky-a2" in resumed.stdout
     assert "hello from attempt 2" in cli("logs", "pytorchjob/flaky-a2", "--tail", "5").stdout
+    # The lineage, not the job named, decides: its latest attempt succeeded, so nothing resumes.
+    again = cli("resume", "pytorchjob/flaky")
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "flaky-a2 is Succeeded: only Suspended or Failed jobs resume" in again.stderr
+    listed = json.loads(cli("list", "-o", "json").stdout)
+    assert sorted(j["metadata"]["name"] for j in listed) == ["flaky", "flaky-a2"]
 
 
 def test_the_reference_examples_run_as_written(shell: dict[str, str]) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kfp import local
+import yaml
+from kfp import compiler, dsl, local
 
 from kubetrain.client import JobClient
 from kubetrain.client.errors import InvalidJobError, JobFailedError
@@ -28,6 +29,7 @@ from kubetrain.components.launch import LaunchRequest, launch
 from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import python_blocks, run_documented
+from tests.support import pytorchjob, runs_for
 
 pytestmark = pytest.mark.usefixtures("controller_process")
 
@@ -106,14 +108,22 @@ def test_the_documented_pipeline_compiles(tmp_path: Path) -> None:
 
 
 def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str) -> None:
+    step = {"namespace": namespace, "run_id": "run-1"}
     with pytest.raises(InvalidJobError, match="runtime is required"):
-        launch(LaunchRequest(kind="TrainJob", image="example.com/train:1", namespace=namespace))
+        launch(LaunchRequest(kind="TrainJob", image="example.com/train:1", **step))
     with pytest.raises(InvalidJobError, match="image is required"):
-        launch(LaunchRequest(kind="PyTorchJob", namespace=namespace))
+        launch(LaunchRequest(kind="PyTorchJob", **step))
     with pytest.raises(InvalidJobError, match="resume_from needs checkpoint_dir"):
-        launch(LaunchRequest(kind="PyTorchJob", image="x", resume_from="/c/step-1", namespace=namespace))
+        launch(LaunchRequest(kind="PyTorchJob", image="x", resume_from="/c/step-1", **step))
     with pytest.raises(InvalidJobError, match="num_workers"):
-        launch(LaunchRequest(kind="PyTorchJob", image="x", num_workers=-1, namespace=namespace))
+        launch(LaunchRequest(kind="PyTorchJob", image="x", num_workers=-1, **step))
+    # Without its pipeline run, a step could find another run's job: refused, saying what to pass.
+    with pytest.raises(InvalidJobError, match=r"run_id=dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
+        launch(LaunchRequest(kind="PyTorchJob", image="x", namespace=namespace))
+    with pytest.raises(InvalidJobError, match="KFP did not resolve that placeholder"):
+        launch(
+            LaunchRequest(kind="PyTorchJob", image="x", run_id="{{$.pipeline_job_uuid}}", namespace=namespace)
+        )
     # Through KFP: the step fails before anything is submitted.
     with pytest.raises(RuntimeError, match="FAILURE"):
         pytorchjob_launcher(namespace=namespace, image="")
@@ -141,7 +151,13 @@ def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_check
 def test_the_trainjob_launcher_emits_its_metrics_and_model(
     kfp_env: Path, namespace: str, kubectl: Kubectl
 ) -> None:
-    kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
+    kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(REPO / "examples" / "trainjob-runtime-local.yaml"),
+    )
     task = trainjob_launcher(
         runtime="torch-distributed-local",
         job_name="tj",
@@ -163,6 +179,7 @@ def test_a_failing_job_fails_the_step_with_its_reason(kfp_env: Path, namespace: 
     request = LaunchRequest(
         kind="PyTorchJob",
         job_name="broken",
+        run_id="run-1",
         namespace=namespace,
         image="kubetrain/kubetrain:0.1.0",
         command=[*TRAIN, "--steps=40", "--fail-at-step=5"],
@@ -207,7 +224,7 @@ def test_a_retried_step_resumes_the_failed_attempt_from_its_checkpoint(
 def test_a_cancelled_step_deletes_its_job(kfp_env: Path, namespace: str, jobs: JobClient) -> None:
     script = (
         "from kubetrain.components.launch import LaunchRequest, launch\n"
-        f"launch(LaunchRequest(kind='PyTorchJob', job_name='cancelled', namespace={namespace!r},"
+        f"launch(LaunchRequest(kind='PyTorchJob', job_name='cancelled', run_id='run-1', namespace={namespace!r},"
         f" image='kubetrain/kubetrain:0.1.0', command={[*TRAIN, '--steps=100000', '--step-seconds=0.05']!r},"
         f" num_workers=0, working_dir={str(REPO)!r}, node_selector={PLACEMENT['node_selector']!r},"
         f" tolerations={PLACEMENT['tolerations']!r}))\n"
@@ -224,3 +241,40 @@ def test_a_cancelled_step_deletes_its_job(kfp_env: Path, namespace: str, jobs: J
     while jobs.list(kind="PyTorchJob", namespace=namespace):
         assert time.monotonic() < deadline, "the cancelled step's job is still there"
         time.sleep(0.5)
+
+
+def test_a_pipeline_step_knows_its_run_and_task_without_being_told(tmp_path: Path) -> None:
+    @dsl.pipeline
+    def steps():  # no return annotation: KFP reads it, and this module's annotations are strings
+        pytorchjob_launcher(image="example.com/train:1")
+        pytorchjob_launcher(image="example.com/train:1", job_name="digits", run_id="nightly")
+
+    target = tmp_path / "steps.yaml"
+    compiler.Compiler().compile(steps, str(target))
+    tasks = yaml.safe_load(target.read_text())["root"]["dag"]["tasks"]
+    given = {
+        name: {k: v["runtimeValue"]["constant"] for k, v in task["inputs"]["parameters"].items()}
+        for name, task in tasks.items()
+    }
+    assert given["pytorchjob-launcher"]["run_id"] == dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    assert given["pytorchjob-launcher"]["task_name"] == dsl.PIPELINE_TASK_NAME_PLACEHOLDER
+    assert given["pytorchjob-launcher-2"]["run_id"] == "nightly", "a run_id given is kept"
+
+
+def test_each_pipeline_run_gets_its_own_job_under_the_same_job_name(
+    kfp_env: Path, namespace: str, jobs: JobClient
+) -> None:
+    quick = pytorchjob("digits", workers=0, master_annotations=runs_for("1s"))
+
+    @dsl.pipeline
+    def nightly():  # (as above)
+        pytorchjob_launcher(job_name="digits", namespace=namespace, manifest=quick, wait_timeout=120.0)
+
+    nightly()
+    nightly()  # the next night: a new run of the same pipeline
+    found = jobs.list(kind="PyTorchJob", namespace=namespace)
+    assert len(found) == 2, [j["metadata"]["name"] for j in found]
+    identities = [json.loads(j["metadata"]["annotations"]["kubetrain.dev/identity"]) for j in found]
+    assert {i["task_name"] for i in identities} == {"pytorchjob-launcher"}
+    assert len({i["run_id"] for i in identities}) == 2 and not any("{{" in i["run_id"] for i in identities)
+    assert all(j["metadata"]["name"].startswith("digits-") for j in found)
