@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,7 +82,10 @@ class TrainingJobSensor(BaseSensorOperator):  # type: ignore[misc]
                 on_kill_action="keep",
             ),
             method_name="execute_complete",
-            timeout=self.timeout if isinstance(self.timeout, int | float) and self.timeout else None,
+            # Airflow 2 takes only a timedelta here (Airflow 3 also a number of seconds).
+            timeout=dt.timedelta(seconds=self.timeout)
+            if isinstance(self.timeout, int | float) and self.timeout
+            else None,
         )
         return None
 
