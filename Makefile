@@ -102,7 +102,7 @@ lint: venv ## ruff and mypy --strict
 	@rm -rf build/typecheck && mkdir -p build/typecheck/kubetrain
 	@for f in kubetrain/*; do ln -s ../../../$$f build/typecheck/kubetrain/; done
 	@for d in controller operators components; do ln -s ../../../$$d build/typecheck/kubetrain/$$d; done
-	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.client -p kubetrain.devcluster -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.quantity -m kubetrain.naming -m kubetrain.components.launch -m kubetrain.jobs_cli -m kubetrain.cli
+	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.client -p kubetrain.devcluster -p kubetrain.kube -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.quantity -m kubetrain.naming -m kubetrain.components.launch -m kubetrain.jobs_cli -m kubetrain.cli
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests only (no cluster)

@@ -31,9 +31,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
-from kubetrain.controller.kube.resources import NAMESPACES, PODS, PYTORCHJOBS, SERVICE_ACCOUNTS, SERVICES
 from kubetrain.controller.reconcilers.children import build_pod, build_service
 from kubetrain.controller.runtimes import registry
 from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
@@ -41,6 +38,9 @@ from kubetrain.controller.runtimes.framework import job_info
 from kubetrain.controller.runtimes.gpu import GpuPlugin
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import NAMESPACES, PODS, PYTORCHJOBS, SERVICE_ACCOUNTS, SERVICES
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

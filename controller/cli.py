@@ -80,9 +80,9 @@ def run_command(
     """Reconcile Kubeflow training jobs into pods until SIGTERM."""
     # Until the event loop takes over SIGTERM, it means "exit cleanly": nothing has started yet.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    from kubetrain.controller.kube.leader import LeadershipLostError
     from kubetrain.controller.main import Options, configure_logging, run
     from kubetrain.controller.runtimes import registry
+    from kubetrain.kube.leader import LeadershipLostError
 
     try:
         kinds = (

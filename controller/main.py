@@ -28,14 +28,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
 from kubetrain.controller import metrics
-from kubetrain.controller.core.events import EventRecorder
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import Runner
-from kubetrain.controller.core.workqueue import WorkQueue
-from kubetrain.controller.kube import leader
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer, controller_owner_uid
-from kubetrain.controller.kube.resources import (
+from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
+from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
+from kubetrain.controller.runtimes import registry
+from kubetrain.controller.runtimes.framework import PodPlugin
+from kubetrain.controller.runtimes.gang import GangScheduler
+from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
+from kubetrain.kube import leader
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.events import EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Informer, controller_owner_uid
+from kubetrain.kube.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     CONFIGMAPS,
     CRDS,
@@ -45,12 +49,8 @@ from kubetrain.controller.kube.resources import (
     TRAINJOBS,
     Resource,
 )
-from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
-from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.framework import PodPlugin
-from kubetrain.controller.runtimes.gang import GangScheduler
-from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
+from kubetrain.kube.runner import Runner
+from kubetrain.kube.workqueue import WorkQueue
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -318,6 +318,7 @@ async def run(options: Options, *, stop: asyncio.Event | None = None) -> None:
     still held is released (also on a clean stop) so a follower takes over at once.
     """
     options.settings()  # validate flags before touching the cluster
+    metrics.install()  # the Kubernetes runtime reports into /metrics
     timings = options.leader_timings()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

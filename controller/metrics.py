@@ -3,13 +3,16 @@
 The job counters keep the upstream Training Operator names and labels
 (``training_operator_jobs_*_total{job_namespace,framework}``) so existing
 dashboards and alerts keep working. Reconcile, queue and API-client metrics
-follow controller-runtime's vocabulary. This module sits at the bottom of the
-controller's layers: anything may import it, it imports nothing of ours.
+follow controller-runtime's vocabulary; the Kubernetes runtime (``kubetrain.kube``)
+reports them through its ``Observer``, which ``install`` points at these series.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+from kubetrain.kube import observer
+from kubetrain.kube.observer import Observer
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # keep /metrics to the series people graph
 
@@ -116,3 +119,60 @@ informer_objects = Gauge(
     "kubetrain_informer_objects", "Objects held in an informer cache.", ("resource",), registry=REGISTRY
 )
 leader = Gauge("kubetrain_leader", "1 while this replica is the leader.", registry=REGISTRY)
+
+
+class PrometheusObserver(Observer):
+    """The Kubernetes runtime's reports as the series above (installed by the controller at start)."""
+
+    def api_request(self, method: str, resource: str, code: str, seconds: float | None) -> None:
+        api_requests.labels(method, resource, code).inc()
+        if seconds is not None:
+            api_request_time.labels(method, resource).observe(seconds)
+
+    def api_throttled(self, seconds: float) -> None:
+        api_throttled.inc(seconds)
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        watch_restarts.labels(resource, reason).inc()
+
+    def cached(self, resource: str, objects: int) -> None:
+        informer_objects.labels(resource).set(objects)
+
+    def leading(self, leading: bool) -> None:
+        leader.set(1 if leading else 0)
+
+    def workers(self, controller: str, count: int) -> None:
+        max_concurrent_reconciles.labels(controller).set(count)
+
+    def reconcile_started(self, controller: str) -> None:
+        active_workers.labels(controller).inc()
+
+    def reconciled(self, controller: str, result: str, seconds: float) -> None:
+        active_workers.labels(controller).dec()
+        reconcile_time.labels(controller).observe(seconds)
+        if result == "cancelled":
+            return
+        reconcile_total.labels(controller, result).inc()
+        if result == "error":
+            reconcile_errors.labels(controller).inc()
+
+    def reconcile_panicked(self, controller: str) -> None:
+        reconcile_panics.labels(controller).inc()
+
+    def queued(self, queue: str, depth: int) -> None:
+        queue_adds.labels(queue).inc()
+        queue_depth.labels(queue).set(depth)
+
+    def queue_changed(self, queue: str, depth: int) -> None:
+        queue_depth.labels(queue).set(depth)
+
+    def queue_retried(self, queue: str) -> None:
+        queue_retries.labels(queue).inc()
+
+    def queue_waited(self, queue: str, seconds: float) -> None:
+        queue_latency.labels(queue).observe(seconds)
+
+
+def install() -> None:
+    """Make the Kubernetes runtime report into these series."""
+    observer.install(PrometheusObserver())

@@ -35,6 +35,7 @@ from kubernetes_asyncio.client import ApiException
 from rich.console import Console
 from rich.table import Table
 
+from kubetrain import naming
 from kubetrain.client import JobClient, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
 
@@ -199,7 +200,7 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
             f"{r}:{c.get('active', 0)}/{c.get('succeeded', 0)}/{c.get('failed', 0)}"
             for r, c in counts.items()
         )
-        checkpoint = (job["metadata"].get("annotations") or {}).get("kubetrain.dev/last-checkpoint", "")
+        checkpoint = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT, "")
         row = [
             job["kind"],
             job["metadata"]["name"],
@@ -257,199 +258,204 @@ def finish(client: JobClient, job: Obj) -> NoReturn:
 
 
 # -- commands ---------------------------------------------------------------------------------------
-def register(app: typer.Typer) -> None:
-    """Add the job commands to the ``kubetrain`` command."""
+def submit(
+    file: Annotated[
+        Path, typer.Argument(help="A YAML or JSON file of jobs and what they need ('-': stdin).")
+    ],
+    namespace: Namespace = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the job(s) to finish; exit with the outcome.")] = False,
+    timeout: Timeout = None,
+    dry_run: Annotated[bool, typer.Option(help="Let the API server validate only.")] = False,
+    output: Output = "table",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Create the training jobs in FILE, after the objects they need that FILE holds too (claims,
+    ConfigMaps, runtimes...), which are created unless they exist."""
+    check_output(output)
+    text = sys.stdin.read() if str(file) == "-" else _read(file)
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        fail(f"{file} is not valid YAML: {exc}", EXIT_USAGE)
+    for document in documents:
+        if not isinstance(document, dict) or not document.get("kind") or not document.get("apiVersion"):
+            fail(f"{file}: every document needs apiVersion and kind (got {document!r:.80})", EXIT_USAGE)
+    jobs = [d for d in documents if d["kind"] in kinds.KINDS]
+    if not jobs:
+        fail(f"{file} holds no training job (kinds: {', '.join(kinds.KINDS)})", EXIT_USAGE)
+    ns = default_namespace(kubeconfig, context, namespace)
 
-    @app.command()
-    def submit(
-        file: Annotated[
-            Path, typer.Argument(help="A YAML or JSON file of jobs and what they need ('-': stdin).")
-        ],
-        namespace: Namespace = None,
-        wait: Annotated[
-            bool, typer.Option(help="Wait for the job(s) to finish; exit with the outcome.")
-        ] = False,
-        timeout: Timeout = None,
-        dry_run: Annotated[bool, typer.Option(help="Let the API server validate only.")] = False,
-        output: Output = "table",
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Create the training jobs in FILE, after the objects they need that FILE holds too (claims,
-        ConfigMaps, runtimes...), which are created unless they exist."""
-        check_output(output)
-        text = sys.stdin.read() if str(file) == "-" else _read(file)
-        try:
-            documents = [d for d in yaml.safe_load_all(text) if d]
-        except yaml.YAMLError as exc:
-            fail(f"{file} is not valid YAML: {exc}", EXIT_USAGE)
-        for document in documents:
-            if not isinstance(document, dict) or not document.get("kind") or not document.get("apiVersion"):
-                fail(f"{file}: every document needs apiVersion and kind (got {document!r:.80})", EXIT_USAGE)
-        jobs = [d for d in documents if d["kind"] in kinds.KINDS]
-        if not jobs:
-            fail(f"{file} holds no training job (kinds: {', '.join(kinds.KINDS)})", EXIT_USAGE)
-        ns = default_namespace(kubeconfig, context, namespace)
+    def where(document: Obj) -> str:
+        """--namespace, else the document's own, else the context's."""
+        return namespace or document.get("metadata", {}).get("namespace") or ns
 
-        def where(document: Obj) -> str:
-            """--namespace, else the document's own, else the context's."""
-            return namespace or document.get("metadata", {}).get("namespace") or ns
+    with connect(kubeconfig, context) as client:
+        for other in (d for d in documents if d["kind"] not in kinds.KINDS):
+            outcome = client.create_supporting(other, namespace=where(other), dry_run=dry_run)
+            errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
+        created = [client.create(d, namespace=where(d), dry_run=dry_run) for d in jobs]
+        emit(created, output, lambda: jobs_table(created, namespaces=False))
+        if wait and not dry_run:
+            finals = [wait_with_progress(client, job, timeout) for job in created]
+            failed = [j for j in finals if kinds.state(j) != "Succeeded"]
+            finish(client, failed[0] if failed else finals[-1])
 
-        with connect(kubeconfig, context) as client:
-            for other in (d for d in documents if d["kind"] not in kinds.KINDS):
-                outcome = client.create_supporting(other, namespace=where(other), dry_run=dry_run)
-                errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
-            created = [client.create(d, namespace=where(d), dry_run=dry_run) for d in jobs]
-            emit(created, output, lambda: jobs_table(created, namespaces=False))
-            if wait and not dry_run:
-                finals = [wait_with_progress(client, job, timeout) for job in created]
-                failed = [j for j in finals if kinds.state(j) != "Succeeded"]
-                finish(client, failed[0] if failed else finals[-1])
 
-    @app.command("list")
-    def list_jobs(
-        namespace: Namespace = None,
-        all_namespaces: Annotated[
-            bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")
-        ] = False,
-        kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
-        output: Output = "table",
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """List training jobs of every kind (v1 jobs and TrainJobs)."""
-        check_output(output)
-        ns = None if all_namespaces else default_namespace(kubeconfig, context, namespace)
-        with connect(kubeconfig, context) as client:
-            jobs = sorted(
-                client.list(kind=kind, namespace=ns),
-                key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
+def list_jobs(
+    namespace: Namespace = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
+    kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
+    output: Output = "table",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """List training jobs of every kind (v1 jobs and TrainJobs)."""
+    check_output(output)
+    ns = None if all_namespaces else default_namespace(kubeconfig, context, namespace)
+    with connect(kubeconfig, context) as client:
+        jobs = sorted(
+            client.list(kind=kind, namespace=ns),
+            key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
+        )
+        emit(jobs, output, lambda: jobs_table(jobs, namespaces=all_namespaces))
+
+
+def get(
+    job: JobRef,
+    namespace: Namespace = None,
+    output: Output = "table",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Show one job."""
+    check_output(output)
+    with connect_to_job(job, namespace, kubeconfig, context) as (_, _, found):
+        emit(found, output, lambda: jobs_table([found], namespaces=False))
+
+
+def describe(
+    job: JobRef,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Conditions, replicas, pods, the training report and the events of a job."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
+        _describe(client, found)
+
+
+def logs(
+    job: JobRef,
+    namespace: Namespace = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the job ends.")] = False,
+    role: Annotated[
+        str | None, typer.Option(help="Replica type (Master, Worker...) or replicated job (node).")
+    ] = None,
+    index: Annotated[int, typer.Option(help="Replica index (completion index for a TrainJob).")] = 0,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines.")] = None,
+    previous: Annotated[bool, typer.Option(help="The previous run of a restarted container.")] = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Print the logs of rank 0, or of --role/--index."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
+        if follow:
+            for line in client.follow_logs(found, role=role, index=index):
+                print(line, flush=True)
+        else:
+            print(client.logs(found, role=role, index=index, tail=tail, previous=previous), end="")
+
+
+def wait(
+    job: JobRef,
+    namespace: Namespace = None,
+    timeout: Timeout = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Wait for a job to finish; exit 0 when it succeeded, 1 when it failed, 4 on timeout."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
+        finish(client, wait_with_progress(client, found, timeout))
+
+
+def delete(
+    job: JobRef,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Delete a job and its pods."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+        client.delete(found["kind"], found["metadata"]["name"], ns)
+        console.print(f"deleted {found['kind']} {ns}/{found['metadata']['name']}")
+
+
+def suspend(
+    job: JobRef,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Suspend a running job: its pods are deleted, checkpoints stay."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+        if kinds.is_finished(found):
+            fail(
+                f"{found['kind']} {ns}/{found['metadata']['name']} already finished ({kinds.state(found)})",
+                EXIT_USAGE,
             )
-            emit(jobs, output, lambda: jobs_table(jobs, namespaces=all_namespaces))
+        client.set_suspended(found["kind"], found["metadata"]["name"], ns, True)
+        console.print(f"suspended {found['kind']} {ns}/{found['metadata']['name']}")
 
-    @app.command()
-    def get(
-        job: JobRef,
-        namespace: Namespace = None,
-        output: Output = "table",
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Show one job."""
-        check_output(output)
-        with connect_to_job(job, namespace, kubeconfig, context) as (_, _, found):
-            emit(found, output, lambda: jobs_table([found], namespaces=False))
 
-    @app.command()
-    def describe(
-        job: JobRef,
-        namespace: Namespace = None,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Conditions, replicas, pods, the training report and the events of a job."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
-            _describe(client, found)
+def resume(
+    job: JobRef,
+    namespace: Namespace = None,
+    wait: Annotated[bool, typer.Option(help="Wait for it to finish; exit with the outcome.")] = False,
+    timeout: Timeout = None,
+    pod_wait: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for a failed attempt's pods to end before resubmitting."),
+    ] = lineage.POD_WAIT_SECONDS,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Resume a suspended job, or resubmit a failed one as its lineage's next attempt (same
+    checkpoint dir), once the failed attempt's pods are gone."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+        try:
+            prepared = client.prepare_attempt(
+                lineage.resume_request(found),
+                log=lambda line: errors.print(line, highlight=False, markup=False),
+                pod_wait=pod_wait,
+                include=[found],
+            )
+        except LineageError as exc:
+            fail(str(exc), EXIT_TIMEOUT if exc.action == "wait" else EXIT_USAGE)
+        resumed, decision = prepared.job, prepared.decision
+        where = f"{resumed['kind']} {ns}/{resumed['metadata']['name']}"
+        if decision.action is lineage.Action.RESUME:
+            console.print(f"resumed {where}")
+        else:
+            console.print(
+                f"submitted {where} (attempt {decision.number}), resuming from "
+                f"{decision.last_checkpoint or 'the latest checkpoint'}"
+            )
+        if wait:
+            finish(client, wait_with_progress(client, resumed, timeout))
 
-    @app.command()
-    def logs(
-        job: JobRef,
-        namespace: Namespace = None,
-        follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the job ends.")] = False,
-        role: Annotated[
-            str | None, typer.Option(help="Replica type (Master, Worker...) or replicated job (node).")
-        ] = None,
-        index: Annotated[int, typer.Option(help="Replica index (completion index for a TrainJob).")] = 0,
-        tail: Annotated[int | None, typer.Option(help="Only the last N lines.")] = None,
-        previous: Annotated[bool, typer.Option(help="The previous run of a restarted container.")] = False,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Print the logs of rank 0, or of --role/--index."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
-            if follow:
-                for line in client.follow_logs(found, role=role, index=index):
-                    print(line, flush=True)
-            else:
-                print(client.logs(found, role=role, index=index, tail=tail, previous=previous), end="")
 
-    @app.command()
-    def wait(
-        job: JobRef,
-        namespace: Namespace = None,
-        timeout: Timeout = None,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Wait for a job to finish; exit 0 when it succeeded, 1 when it failed, 4 on timeout."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
-            finish(client, wait_with_progress(client, found, timeout))
-
-    @app.command()
-    def delete(
-        job: JobRef,
-        namespace: Namespace = None,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Delete a job and its pods."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-            client.delete(found["kind"], found["metadata"]["name"], ns)
-            console.print(f"deleted {found['kind']} {ns}/{found['metadata']['name']}")
-
-    @app.command()
-    def suspend(
-        job: JobRef,
-        namespace: Namespace = None,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Suspend a running job: its pods are deleted, checkpoints stay."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-            if kinds.is_finished(found):
-                fail(
-                    f"{found['kind']} {ns}/{found['metadata']['name']} already finished ({kinds.state(found)})",
-                    EXIT_USAGE,
-                )
-            client.set_suspended(found["kind"], found["metadata"]["name"], ns, True)
-            console.print(f"suspended {found['kind']} {ns}/{found['metadata']['name']}")
-
-    @app.command()
-    def resume(
-        job: JobRef,
-        namespace: Namespace = None,
-        wait: Annotated[bool, typer.Option(help="Wait for it to finish; exit with the outcome.")] = False,
-        timeout: Timeout = None,
-        pod_wait: Annotated[
-            float,
-            typer.Option(help="Seconds to wait for a failed attempt's pods to end before resubmitting."),
-        ] = lineage.POD_WAIT_SECONDS,
-        kubeconfig: Kubeconfig = None,
-        context: Context = None,
-    ) -> None:
-        """Resume a suspended job, or resubmit a failed one as its lineage's next attempt (same
-        checkpoint dir), once the failed attempt's pods are gone."""
-        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-            try:
-                prepared = client.prepare_attempt(
-                    lineage.resume_request(found),
-                    log=lambda line: errors.print(line, highlight=False, markup=False),
-                    pod_wait=pod_wait,
-                    include=[found],
-                )
-            except LineageError as exc:
-                fail(str(exc), EXIT_TIMEOUT if exc.action == "wait" else EXIT_USAGE)
-            resumed, decision = prepared.job, prepared.decision
-            where = f"{resumed['kind']} {ns}/{resumed['metadata']['name']}"
-            if decision.action is lineage.Action.RESUME:
-                console.print(f"resumed {where}")
-            else:
-                console.print(
-                    f"submitted {where} (attempt {decision.number}), resuming from "
-                    f"{decision.last_checkpoint or 'the latest checkpoint'}"
-                )
-            if wait:
-                finish(client, wait_with_progress(client, resumed, timeout))
+def register(app: typer.Typer) -> None:
+    """Add the job commands to ``app``."""
+    app.command()(submit)
+    app.command("list")(list_jobs)
+    app.command()(get)
+    app.command()(describe)
+    app.command()(logs)
+    app.command()(wait)
+    app.command()(delete)
+    app.command()(suspend)
+    app.command()(resume)
 
 
 def _read(file: Path) -> str:
@@ -489,7 +495,7 @@ def _describe(client: JobClient, job: Obj) -> None:
         replicas.add_row(rtype, *(str(counts.get(k, 0)) for k in ("active", "succeeded", "failed")))
     console.print(replicas)
     report = kinds.report(job)
-    checkpoint = (meta.get("annotations") or {}).get("kubetrain.dev/last-checkpoint") or report.get(
+    checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report.get(
         "last_checkpoint"
     )
     console.print(f"[bold]Last checkpoint:[/] {checkpoint or '-'}")

@@ -86,8 +86,12 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 # -- the controller -------------------------------------------------------------------------------
-FIELD_MANAGER: Final = "kubetrain-controller"
 MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"
+RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the runtime patches the client writes
+
+# -- the dev cluster's process node --------------------------------------------------------------
+LABEL_PROCESS_NODE: Final = "kubetrain.dev/process-node"  # also the key of its taint
+PROCESS_NODE_PROVISIONER: Final = "kubetrain.dev/local-path"
 
 
 def replica_name(job: str, replica_type: str, index: int) -> str:

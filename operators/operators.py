@@ -44,8 +44,8 @@ from kubetrain.api import v2
 from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
-from kubetrain.controller.kube.resources import PVCS
 from kubetrain.controller.runtimes import trainjob as trainjob_runtime
+from kubetrain.kube.resources import PVCS
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
 from kubetrain.operators.links import TrainingJobLink

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client
 
 from kubetrain.controller import metrics
-from kubetrain.controller.kube.client import KubeClient
 from kubetrain.controller.main import Manager, Options
+from kubetrain.kube.client import KubeClient
 
 T = TypeVar("T")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.kube.informer import Handler
-from kubetrain.controller.kube.resources import Resource
 from kubetrain.controller.reconcilers.departed import DepartedPods
 from kubetrain.controller.runtimes.framework import Obj
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Handler
+from kubetrain.kube.resources import Resource
 
 
 def owner_key(obj: Obj, owner: Resource) -> str | None:

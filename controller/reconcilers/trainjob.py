@@ -43,20 +43,6 @@ import yaml
 from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.controller import metrics
-from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import Result, RetryLaterError
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Handler, Informer
-from kubetrain.controller.kube.patch import merge_patch
-from kubetrain.controller.kube.resources import (
-    CONFIGMAPS,
-    PODS,
-    SECRETS,
-    SERVICES,
-    TRAINJOBS,
-)
 from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
 from kubetrain.controller.reconcilers.departed import DepartedPods
@@ -77,6 +63,20 @@ from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodP
 from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
 from kubetrain.controller.runtimes.gpu import GpuPlugin
 from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build, retained_claim_of
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Handler, Informer
+from kubetrain.kube.patch import merge_patch
+from kubetrain.kube.resources import (
+    CONFIGMAPS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    TRAINJOBS,
+)
+from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 

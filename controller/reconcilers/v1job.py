@@ -40,14 +40,6 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.controller import metrics
-from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import Result, RetryLaterError
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Handler, Informer
-from kubetrain.controller.kube.patch import merge_patch
-from kubetrain.controller.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers, restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
@@ -72,6 +64,14 @@ from kubetrain.controller.runtimes.framework import (
 )
 from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
 from kubetrain.controller.runtimes.gpu import GpuPlugin, lopsided_gpu_warning
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Handler, Informer
+from kubetrain.kube.patch import merge_patch
+from kubetrain.kube.resources import HPAS, PODS, SERVICES
+from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 

@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.controller.core.events import NORMAL, WARNING, EventRecorder
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import RetryLaterError
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
-from kubetrain.controller.kube.resources import PODS, Resource
 from kubetrain.controller.runtimes.framework import Obj
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import PODS, Resource
+from kubetrain.kube.runner import RetryLaterError
 
 NAME_CONFLICT = "NameConflict"
 INVALID_POD_TEMPLATE = "InvalidPodTemplate"

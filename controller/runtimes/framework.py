@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kubetrain import naming
-from kubetrain.controller.kube.resources import Resource
+from kubetrain.kube.resources import Resource
 
 Obj = dict[str, Any]
 EnvVar = dict[str, Any]

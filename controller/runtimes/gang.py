@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain import quantity
-from kubetrain.controller.kube.resources import (
+from kubetrain.controller.runtimes.framework import JobView, Obj
+from kubetrain.kube.resources import (
     COSCHEDULING_POD_GROUPS,
     NATIVE_POD_GROUPS,
     VOLCANO_POD_GROUPS,
     Resource,
 )
-from kubetrain.controller.runtimes.framework import JobView, Obj
 
 NATIVE = "kubernetes"
 VOLCANO = "volcano"

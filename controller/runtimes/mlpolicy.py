@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain import naming, quantity
-from kubetrain.controller.kube.resources import CONFIGMAPS, SECRETS
-from kubetrain.controller.kube.strategic import upsert_env
 from kubetrain.controller.runtimes.framework import Obj
 from kubetrain.controller.runtimes.trainjob import NODE, BuildError, Extra, PodSet, TrainJobInfo
+from kubetrain.kube.resources import CONFIGMAPS, SECRETS
+from kubetrain.kube.strategic import upsert_env
 
 PORT = 29500
 LAUNCHER = "launcher"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetrain.controller.kube.resources import PADDLEJOBS, Resource
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -15,6 +14,7 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
+from kubetrain.kube.resources import PADDLEJOBS, Resource
 
 
 @dataclass

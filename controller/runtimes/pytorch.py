@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetrain.controller.kube.resources import PYTORCHJOBS, Resource
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -20,6 +19,7 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
+from kubetrain.kube.resources import PYTORCHJOBS, Resource
 
 
 @dataclass

@@ -6,7 +6,6 @@ import json
 import os
 from dataclasses import dataclass
 
-from kubetrain.controller.kube.resources import TFJOBS, Resource
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -17,6 +16,7 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
+from kubetrain.kube.resources import TFJOBS, Resource
 
 CLUSTER_DOMAIN_ENV = "CUSTOM_CLUSTER_DOMAIN"
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from kubetrain import naming
 from kubetrain.api import v2
-from kubetrain.controller.kube.resources import PVCS, Resource
-from kubetrain.controller.kube.strategic import merge, upsert_env
 from kubetrain.controller.runtimes.framework import JobIdentity, Obj, Replica
+from kubetrain.kube.resources import PVCS, Resource
+from kubetrain.kube.strategic import merge, upsert_env
 
 TRAINER = "trainer"
 DATASET_INITIALIZER = "dataset-initializer"

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import Field
 from pydantic.alias_generators import to_snake
 
+from kubetrain import naming
 from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
 
 GROUP = "kubeflow.org"
@@ -21,7 +22,7 @@ VERSION = "v1"
 API_VERSION: Final = "kubeflow.org/v1"
 
 MANAGED_BY_UPSTREAM = "kubeflow.org/training-operator"
-MANAGED_BY_KUBETRAIN = "kubetrain.dev/controller"
+MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
 
@@ -44,15 +45,6 @@ class CleanPodPolicy(StrEnum):
     ALL = "All"
     RUNNING = "Running"
     NONE = "None"
-
-
-class ConditionType(StrEnum):
-    CREATED = "Created"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
 
 
 class SchedulingPolicy(ApiModel):

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import Field
 
+from kubetrain import naming
 from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
 
 GROUP = "trainer.kubeflow.org"
@@ -19,7 +20,7 @@ VERSION = "v1alpha1"
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 
 MANAGED_BY_UPSTREAM = "trainer.kubeflow.org/trainjob-controller"
-MANAGED_BY_KUBETRAIN = "kubetrain.dev/controller"
+MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
 

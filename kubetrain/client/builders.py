@@ -309,7 +309,7 @@ def trainjob(
     if patch_spec:
         body["spec"]["runtimePatches"] = [
             {
-                "manager": "kubetrain.dev/builder",
+                "manager": naming.RUNTIME_PATCH_MANAGER,
                 "trainingRuntimeSpec": {
                     "template": {
                         "spec": {

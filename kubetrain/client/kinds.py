@@ -103,14 +103,14 @@ def rank0_selector(job: Obj, *, role: str | None = None, index: int = 0) -> str:
     name = job["metadata"]["name"]
     if kind_of(job["kind"]).is_v1:
         if role is None:
-            return f"training.kubeflow.org/job-name={name},training.kubeflow.org/job-role=master"
+            return f"{naming.LABEL_JOB_NAME}={name},{naming.LABEL_JOB_ROLE}=master"
         return (
-            f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type={role.lower()},"
-            f"training.kubeflow.org/replica-index={index}"
+            f"{naming.LABEL_JOB_NAME}={name},{naming.LABEL_REPLICA_TYPE}={role.lower()},"
+            f"{naming.LABEL_REPLICA_INDEX}={index}"
         )
     return (
-        f"jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name={role or 'node'},"
-        f"batch.kubernetes.io/job-completion-index={index}"
+        f"{naming.JOBSET_NAME}={name},{naming.JOBSET_REPLICATED_JOB}={role or 'node'},"
+        f"{naming.JOB_COMPLETION_INDEX}={index}"
     )
 
 

@@ -29,6 +29,9 @@ from rich.console import Console
 from kubetrain.devcluster import build, nodes, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.resources import NODES
 
 # Controllers of kube-controller-manager the dev cluster runs: owner-reference
 # garbage collection, namespace deletion, default service accounts, the
@@ -492,28 +495,26 @@ def _health_for(component: str, port: int | None, token: str, ca: Path) -> Healt
 
 async def _register_nodes(kubeconfig: Path, node_list: list[dict[str, Any]], timeout: float = 60) -> None:
     """Create the simulated nodes and wait until kwok reports each one Ready."""
-    from kubernetes_asyncio import client, config
-
-    api_client = await config.new_client_from_config(config_file=str(kubeconfig))
-    async with api_client:
-        core = client.CoreV1Api(api_client)
+    kube = await KubeClient.from_kubeconfig(str(kubeconfig))
+    try:
         for node in node_list:
-            body: Any = node  # the client accepts plain manifests
             try:
-                await core.create_node(body)
-            except client.ApiException as exc:
-                if exc.status != 409:  # already registered is fine
-                    raise DevClusterError(
-                        f"registering node {node['metadata']['name']} failed: {exc.reason}"
-                    ) from exc
+                await kube.create(NODES, node)
+            except errors.APIConflictError:
+                pass  # already registered is fine
+            except errors.APIError as exc:
+                raise DevClusterError(f"registering node {node['metadata']['name']} failed: {exc}") from exc
         wanted = {n["metadata"]["name"] for n in node_list}
         deadline = time.monotonic() + timeout
         while True:
-            listed = await core.list_node()
+            listed, _ = await kube.list(NODES)
             ready = {
-                n.metadata.name
-                for n in listed.items
-                if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+                n["metadata"]["name"]
+                for n in listed
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (n.get("status") or {}).get("conditions") or []
+                )
             }
             if wanted <= ready:
                 return
@@ -523,3 +524,5 @@ async def _register_nodes(kubeconfig: Path, node_list: list[dict[str, Any]], tim
                     "see `kubetrain dev logs kwok`"
                 )
             await asyncio.sleep(0.2)
+    finally:
+        await kube.close()

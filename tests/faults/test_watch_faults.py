@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
-from kubetrain.controller.kube.resources import CONFIGMAPS
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import CONFIGMAPS
 from tests.support import eventually
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.kube.resources import PVCS
 from kubetrain.controller.runtimes.trainjob import TrainJobInfo, build
+from kubetrain.kube.resources import PVCS
 
 RUNTIMES = Path(__file__).resolve().parents[2] / "deploy" / "runtimes"
 SHIPPED = sorted(p.stem for p in RUNTIMES.glob("*.yaml") if p.stem != "kustomization")

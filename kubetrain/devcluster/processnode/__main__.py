@@ -9,8 +9,8 @@ import logging
 import signal
 from pathlib import Path
 
-from kubetrain.controller.kube.client import KubeClient
 from kubetrain.devcluster.processnode.agent import Agent, Settings
+from kubetrain.kube.client import KubeClient
 
 
 def main() -> None:

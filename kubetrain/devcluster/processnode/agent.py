@@ -28,18 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.informer import Informer
-from kubetrain.controller.kube.resources import LEASES, PODS, SERVICES, Resource
+from kubetrain import naming
 from kubetrain.devcluster.processnode import logserver, network, volumes
 from kubetrain.devcluster.processnode.pods import PodWorker
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import LEASES, PODS, SERVICES, Resource
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-NODE_LABEL = "kubetrain.dev/process-node"
+NODE_LABEL = naming.LABEL_PROCESS_NODE
 NODE_TAINT = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
 HEARTBEAT_SECONDS = 10
 LEASE_SECONDS = 40

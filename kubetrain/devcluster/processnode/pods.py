@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain import naming
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.resources import PODS
 from kubetrain.devcluster.processnode import containers, env, network, volumes
+from kubetrain.kube import errors
+from kubetrain.kube.resources import PODS
 
 if TYPE_CHECKING:
     from kubetrain.devcluster.processnode.agent import Agent

@@ -22,16 +22,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.errors import APIConflictError
-from kubetrain.controller.kube.informer import Informer
-from kubetrain.controller.kube.resources import Resource
+from kubetrain import naming
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.errors import APIConflictError
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 STORAGE_CLASS = "kubetrain-local"
-PROVISIONER = "kubetrain.dev/local-path"
+PROVISIONER = naming.PROCESS_NODE_PROVISIONER
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 PVS = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.kube.resources import PYTORCHJOBS, TRAINJOBS
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.resources import PYTORCHJOBS, TRAINJOBS
 
 
 def child(kind: str, owner_kind: str = "TrainJob", api_version: str = "trainer.kubeflow.org/v1alpha1") -> Any:

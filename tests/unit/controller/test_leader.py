@@ -18,9 +18,10 @@ import aiohttp
 import pytest
 
 from kubetrain.controller import metrics
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient, WriteFencedError
-from kubetrain.controller.kube.leader import (
+from kubetrain.controller.main import StartError, supervise
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient, WriteFencedError
+from kubetrain.kube.leader import (
     Action,
     LeaderElector,
     LeadershipLostError,
@@ -32,7 +33,6 @@ from kubetrain.controller.kube.leader import (
     observe,
     released,
 )
-from kubetrain.controller.main import StartError, supervise
 
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
 WALL = EPOCH + timedelta(hours=1)
@@ -196,6 +196,7 @@ def elector(
 
 
 async def test_a_follower_waits_out_a_silent_holders_lease_then_takes_over() -> None:
+    metrics.install()
     clock = FakeClock(1000.0)
     lease = MemoryLease(held_by("crashed", transitions=3, renewed="2000-01-01T00:00:00.000000Z"))
     follower = elector(lease, clock)
@@ -245,6 +246,7 @@ async def lead(lease: MemoryLease, clock: FakeClock, timings: Timings | None = N
 async def test_the_leader_gives_up_exactly_a_renew_deadline_after_its_last_successful_renew(
     failure: BaseException,
 ) -> None:
+    metrics.install()
     clock = FakeClock(1000.0)
     lease = MemoryLease()
     leader = await lead(lease, clock)

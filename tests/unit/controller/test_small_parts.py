@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from kubetrain import quantity
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.kube.client import TokenBucket
-from kubetrain.controller.kube.patch import merge_patch
+from kubetrain.kube.client import TokenBucket
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.patch import merge_patch
 
 
 class FakeClock:

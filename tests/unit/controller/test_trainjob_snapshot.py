@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.core.expectations import Expectations
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import Settings
+from kubetrain.kube.expectations import Expectations
 
 
 def reconciler() -> TrainJobReconciler:

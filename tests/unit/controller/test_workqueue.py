@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kubetrain.controller.core.workqueue import ShutDownError, WorkQueue
+from kubetrain.kube.workqueue import ShutDownError, WorkQueue
 
 
 async def test_adding_a_waiting_key_twice_queues_it_once() -> None:

@@ -11,11 +11,6 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller.core.events import EventRecorder
-from kubetrain.controller.core.expectations import Expectations
-from kubetrain.controller.core.runner import RetryLaterError
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.resources import PODS, Resource
 from kubetrain.controller.reconcilers.v1job import cleanup_targets
 from kubetrain.controller.reconcilers.writes import (
     INVALID_POD_TEMPLATE,
@@ -26,6 +21,11 @@ from kubetrain.controller.reconcilers.writes import (
     Rejections,
     ownership,
 )
+from kubetrain.kube import errors
+from kubetrain.kube.events import EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.resources import PODS, Resource
+from kubetrain.kube.runner import RetryLaterError
 
 JOB: dict[str, Any] = {
     "apiVersion": "kubeflow.org/v1",

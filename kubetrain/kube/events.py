@@ -18,9 +18,9 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient, Obj
-from kubetrain.controller.kube.resources import EVENTS
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient, Obj
+from kubetrain.kube.resources import EVENTS
 
 log = logging.getLogger(__name__)
 

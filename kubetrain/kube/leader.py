@@ -60,10 +60,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from kubetrain.controller import metrics
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient
-from kubetrain.controller.kube.resources import LEASES
+from kubetrain.kube import errors, observer
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.resources import LEASES
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +386,7 @@ class LeaderElector:
 
     def _became_leader(self) -> None:
         self.leading = True
-        metrics.leader.set(1)
+        observer.current().leading(True)
         assert self.observation is not None
         log.info(
             "became leader: lease %s, identity %s, transitions %d",
@@ -422,7 +421,7 @@ class LeaderElector:
             return
         self.lost_reason = reason
         self.leading = False
-        metrics.leader.set(0)
+        observer.current().leading(False)
         self.lost.set()
         log.error("lost the leader lease %s: %s", self.lease, reason)
 
@@ -448,7 +447,7 @@ class LeaderElector:
         if not self.leading or self.observation is None:
             return False
         self.leading = False
-        metrics.leader.set(0)
+        observer.current().leading(False)
         left = self._time_left()
         if left <= 0:
             return False

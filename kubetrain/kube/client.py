@@ -33,14 +33,12 @@ import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from kubetrain.controller import metrics
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.resources import Resource
+from kubetrain.kube import errors, observer
+from kubetrain.kube.resources import Resource
 
 Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 RETRIES = 5
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -81,7 +79,7 @@ class TokenBucket:
     async def acquire(self) -> float:
         wait = self.reserve()
         if wait > 0:
-            metrics.api_throttled.inc(wait)
+            observer.current().api_throttled(wait)
             await asyncio.sleep(wait)
         return wait
 
@@ -152,14 +150,13 @@ class KubeClient:
                     _request_timeout=timeout if timeout else None,
                 )
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-                metrics.api_requests.labels(method, resource, "error").inc()
+                observer.current().api_request(method, resource, "error", None)
                 if attempt == retries:
                     reason = str(exc) or type(exc).__name__  # a timeout says nothing by itself
                     raise errors.APIServerError(0, reason, method=method, path=path) from exc
                 await asyncio.sleep(min(0.2 * 2**attempt, 5))
                 continue
-            metrics.api_request_time.labels(method, resource).observe(time.monotonic() - started)
-            metrics.api_requests.labels(method, resource, str(response.status)).inc()
+            observer.current().api_request(method, resource, str(response.status), time.monotonic() - started)
             if response.status < 400:
                 return response
             raw = await response.read()
@@ -286,15 +283,6 @@ class KubeClient:
             body=body,
             query=query,
             content_type=content_type,
-            resource=str(resource),
-        )
-
-    async def replace_status(self, resource: Resource, body: Obj) -> Obj:
-        meta = body["metadata"]
-        return await self.request(
-            "PUT",
-            resource.path(meta.get("namespace"), meta["name"], "status"),
-            body=body,
             resource=str(resource),
         )
 

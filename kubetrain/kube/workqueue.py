@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections import deque
 
-from kubetrain.controller import metrics
+from kubetrain.kube import observer
 
 
 class ShutDownError(Exception):
@@ -56,13 +56,12 @@ class WorkQueue:
         """Queue ``key`` unless it is already waiting."""
         if self._shutting_down or key in self._dirty:
             return
-        metrics.queue_adds.labels(self.name).inc()
         self._dirty.add(key)
         self._added_at.setdefault(key, time.monotonic())
         if key not in self._processing:
             self._queue.append(key)
-            metrics.queue_depth.labels(self.name).set(len(self._queue))
             self._notify()
+        observer.current().queued(self.name, len(self._queue))
 
     def add_after(self, key: str, delay: float) -> None:
         """Queue ``key`` after ``delay`` seconds; an earlier pending add for the key wins."""
@@ -86,7 +85,7 @@ class WorkQueue:
         """Queue ``key`` again after its backoff: the key's own, or the overall one if longer."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        metrics.queue_retries.labels(self.name).inc()
+        observer.current().queue_retried(self.name)
         self.add_after(key, max(self._item_delay(failures), self._overall_delay()))
 
     def _item_delay(self, failures: int) -> float:
@@ -125,8 +124,8 @@ class WorkQueue:
         self._dirty.discard(key)
         added = self._added_at.pop(key, None)
         if added is not None:
-            metrics.queue_latency.labels(self.name).observe(time.monotonic() - added)
-        metrics.queue_depth.labels(self.name).set(len(self._queue))
+            observer.current().queue_waited(self.name, time.monotonic() - added)
+        observer.current().queue_changed(self.name, len(self._queue))
         return key
 
     def done(self, key: str) -> None:
@@ -135,7 +134,7 @@ class WorkQueue:
         if key in self._dirty:
             self._queue.append(key)
             self._added_at.setdefault(key, time.monotonic())
-            metrics.queue_depth.labels(self.name).set(len(self._queue))
+            observer.current().queue_changed(self.name, len(self._queue))
             self._notify()
 
     def shut_down(self) -> None:

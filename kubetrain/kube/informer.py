@@ -32,10 +32,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
-from kubetrain.controller import metrics
-from kubetrain.controller.kube import errors
-from kubetrain.controller.kube.client import KubeClient, Obj
-from kubetrain.controller.kube.resources import Resource
+from kubetrain.kube import errors, observer
+from kubetrain.kube.client import KubeClient, Obj
+from kubetrain.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 
@@ -156,20 +155,20 @@ class Informer:
                 await self._watch_with_watchdog()
                 failures = 0
             except errors.APIGoneError:
-                metrics.watch_restarts.labels(str(self.resource), "gone").inc()
+                observer.current().watch_restarted(str(self.resource), "gone")
                 need_list = True
             except TimeoutError:
                 log.warning(
                     "watch of %s was silent for %.0fs; watching again", self.resource, self.stall_timeout
                 )
-                metrics.watch_restarts.labels(str(self.resource), "stalled").inc()
+                observer.current().watch_restarted(str(self.resource), "stalled")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 failures += 1
                 delay = min(0.5 * 2 ** min(failures, 6), 30.0)
                 log.warning("watch of %s failed (%s); retrying in %.1fs", self.resource, exc, delay)
-                metrics.watch_restarts.labels(str(self.resource), "error").inc()
+                observer.current().watch_restarted(str(self.resource), "error")
                 need_list = need_list or isinstance(exc, errors.APIError)
                 await asyncio.sleep(delay)
 
@@ -250,7 +249,7 @@ class Informer:
             self._store[key] = obj
             self._index(key, obj)
             new = obj
-        metrics.informer_objects.labels(str(self.resource)).set(len(self._store))
+        observer.current().cached(str(self.resource), len(self._store))
         for handler in self._handlers:
             try:
                 handler(old, new)

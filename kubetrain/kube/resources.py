@@ -46,6 +46,7 @@ SECRETS = Resource("", "v1", "secrets", "Secret")
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
 CRDS = Resource(

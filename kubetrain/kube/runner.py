@@ -4,7 +4,6 @@ The whole retry policy lives here (controller-runtime's ``reconcileHandler``):
 
 * a reconcile that returns ``Result(requeue_after=s)`` succeeded and asks to be
   looked at again in ``s`` seconds (deadlines, TTLs, expectation expiry);
-* one that raises ``TerminalError`` is logged and counted but not retried;
 * one that raises ``RetryLaterError`` (waiting on something outside the controller,
   such as an earlier object of the same name being deleted), an API error, or a
   write refused because this replica may no longer lead (the process is about
@@ -24,10 +23,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kubetrain.controller import metrics
-from kubetrain.controller.core.workqueue import ShutDownError, WorkQueue
-from kubetrain.controller.kube.client import WriteFencedError
-from kubetrain.controller.kube.errors import APIError
+from kubetrain.kube import observer
+from kubetrain.kube.client import WriteFencedError
+from kubetrain.kube.errors import APIError
+from kubetrain.kube.workqueue import ShutDownError, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +41,6 @@ class Result:
     def soonest(*results: Result) -> Result:
         delays = [r.requeue_after for r in results if r.requeue_after is not None]
         return Result(min(delays) if delays else None)
-
-
-class TerminalError(Exception):
-    """A fault that retrying cannot fix (e.g. an invalid spec); reported, never retried."""
 
 
 class RetryLaterError(Exception):
@@ -64,7 +59,7 @@ class Runner:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        metrics.max_concurrent_reconciles.labels(self.name).set(self.workers)
+        observer.current().workers(self.name, self.workers)
         self._tasks = [
             asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)
         ]
@@ -91,39 +86,33 @@ class Runner:
                 self.queue.done(key)
 
     async def _process(self, key: str) -> None:
-        metrics.active_workers.labels(self.name).inc()
+        observer.current().reconcile_started(self.name)
         started = time.monotonic()
+        outcome = "error"
         try:
             result = await self.reconcile(key)
-        except TerminalError as exc:
-            log.error("reconcile %s %s failed permanently: %s", self.name, key, exc)
-            metrics.reconcile_total.labels(self.name, "terminal_error").inc()
-            metrics.reconcile_errors.labels(self.name).inc()
-            self.queue.forget(key)
         except asyncio.CancelledError:
+            outcome = "cancelled"
             raise
         except Exception as exc:
             unexpected = not _is_expected_error(exc)
             if unexpected:
                 log.exception("reconcile %s %s raised", self.name, key)
-                metrics.reconcile_panics.labels(self.name).inc()
+                observer.current().reconcile_panicked(self.name)
             else:
                 log.warning(
                     "reconcile %s %s: %s (retry %d)", self.name, key, exc, self.queue.failures(key) + 1
                 )
-            metrics.reconcile_total.labels(self.name, "error").inc()
-            metrics.reconcile_errors.labels(self.name).inc()
             self.queue.add_rate_limited(key)
         else:
             self.queue.forget(key)
             if result.requeue_after is not None:
-                metrics.reconcile_total.labels(self.name, "requeue_after").inc()
+                outcome = "requeue_after"
                 self.queue.add_after(key, result.requeue_after)
             else:
-                metrics.reconcile_total.labels(self.name, "success").inc()
+                outcome = "success"
         finally:
-            metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
-            metrics.active_workers.labels(self.name).dec()
+            observer.current().reconciled(self.name, outcome, time.monotonic() - started)
 
 
 def _is_expected_error(exc: Exception) -> bool:

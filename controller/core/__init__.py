@@ -1,1 +1,0 @@
-"""Controller machinery that knows nothing about training jobs: queue, expectations, runner."""

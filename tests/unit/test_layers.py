@@ -1,0 +1,158 @@
+"""The layers of the code base, enforced: each import points down, one library has one home.
+
+From the top: the applications (the controller, the Airflow provider, the KFP components, the
+``kubetrain`` CLI, the dev cluster) over the job client (``kubetrain.client``), over the API models
+(``kubetrain.api``), over the Kubernetes runtime (``kubetrain.kube``), over the leaf modules
+(``naming``, ``quantity``, ``checkpoint``) that import nothing of ours. Applications do not import
+each other; only the ``kubetrain`` entry point gathers them. ``kubernetes_asyncio`` is used by the
+runtime and the client only, ``prometheus_client`` by the controller only.
+
+Imports are read from the source (``ast``), so the check sees exactly what is written, also in
+modules no test imports. ``KNOWN`` lists the exceptions that remain, each with why; the test fails
+when a new one appears and when a listed one is gone (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Import name -> folder (the controller, provider and components live in top-level folders).
+FOLDERS = {
+    "kubetrain.controller": "controller",
+    "kubetrain.operators": "operators",
+    "kubetrain.components": "components",
+    "kubetrain": "kubetrain",
+}
+LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint")
+APPS = (
+    "kubetrain.controller",
+    "kubetrain.operators",
+    "kubetrain.components",
+    "kubetrain.devcluster",
+    "kubetrain.jobs_cli",
+    "kubetrain.cli",
+    "kubetrain.__main__",
+)
+RANKS = {**dict.fromkeys(LEAVES, 0), "kubetrain.kube": 1, "kubetrain.api": 2, "kubetrain.client": 3}
+ENTRY_POINTS = ("kubetrain.cli", "kubetrain.__main__")
+LIBRARY_HOMES = {
+    "kubernetes_asyncio": ("kubetrain.kube", "kubetrain.client"),
+    "prometheus_client": ("kubetrain.controller",),
+}
+KNOWN = {
+    # The CLI reports the client's API errors in the API server's words.
+    ("kubetrain.jobs_cli", "kubernetes_asyncio"),
+    # The provider's shared watch and its runtime lookups talk to the API directly.
+    ("kubetrain.operators.operators", "kubernetes_asyncio"),
+    ("kubetrain.operators.triggers", "kubernetes_asyncio"),
+    # The on_finish_action check resolves a TrainJob's claims as the controller builds them.
+    ("kubetrain.operators.operators", "kubetrain.controller"),
+}
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, folder in FOLDERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = ".".join([package, *parts])
+            found.setdefault(name, path)  # kubetrain/ holds no controller/ operators/ components/ folders
+    return found
+
+
+def group(name: str) -> str:
+    """The layer unit a module belongs to: its application, layer package or leaf module."""
+    for unit in (*APPS, *RANKS):
+        if name == unit or name.startswith(unit + "."):
+            return unit
+    return name
+
+
+def imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def violations(sources: dict[str, Path] | None = None) -> set[tuple[str, str, str]]:
+    """(module, what it imports, the rule it breaks), over every module (or ``sources``)."""
+    found: set[tuple[str, str, str]] = set()
+    for name, path in (modules() if sources is None else sources).items():
+        mine = group(name)
+        for imported in imports(path):
+            library = imported.split(".")[0]
+            if library in LIBRARY_HOMES:
+                if not any(mine == home for home in LIBRARY_HOMES[library]):
+                    found.add((name, library, f"{library} is used only in {LIBRARY_HOMES[library]}"))
+                continue
+            if library != "kubetrain" or imported == "kubetrain":
+                continue
+            theirs = group(imported)
+            if theirs == mine or theirs not in (*APPS, *RANKS):
+                continue
+            if theirs in APPS:
+                if mine not in ENTRY_POINTS:
+                    found.add((name, theirs, "applications do not import each other"))
+            elif mine in RANKS and RANKS[theirs] > RANKS[mine]:
+                found.add((name, theirs, f"{mine} is below {theirs}"))
+    return found
+
+
+def test_every_import_points_down_and_each_library_has_its_home() -> None:
+    broken = {v for v in violations() if (v[0], v[1]) not in KNOWN}
+    listed = "\n".join(f"  {module} imports {what}: {rule}" for module, what, rule in sorted(broken))
+    assert not broken, f"imports that break the layers (docs/architecture.md):\n{listed}"
+
+
+def test_the_known_exceptions_still_exist() -> None:
+    present = {(module, what) for module, what, _ in violations()}
+    assert present >= KNOWN, f"fixed, so remove from KNOWN: {sorted(KNOWN - present)}"
+
+
+def test_the_check_sees_each_kind_of_wrong_import(tmp_path: Path) -> None:
+    upward, sideways = tmp_path / "upward.py", tmp_path / "sideways.py"
+    upward.write_text("import prometheus_client\nfrom kubetrain.client import JobClient\n")
+    sideways.write_text("from kubetrain.controller.kube import client\nfrom kubetrain import naming\n")
+    found = violations({"kubetrain.kube.upward": upward, "kubetrain.devcluster.sideways": sideways})
+    assert {(module, what) for module, what, _ in found} == {
+        ("kubetrain.kube.upward", "prometheus_client"),
+        ("kubetrain.kube.upward", "kubetrain.client"),
+        ("kubetrain.devcluster.sideways", "kubetrain.controller"),
+    }
+
+
+CONTRACT = re.compile(
+    r"^(kubetrain\.dev|training\.kubeflow\.org|jobset\.sigs\.k8s\.io|batch\.kubernetes\.io)/[\w.-]+(=.*)?$"
+)
+
+
+def contract_literals(sources: dict[str, Path]) -> set[tuple[str, str]]:
+    """(module, literal) for each label, annotation or key written out instead of taken from naming."""
+    found = set()
+    for name, path in sources.items():
+        if name == "kubetrain.naming":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CONTRACT.match(node.value):
+                found.add((name, node.value))
+    return found
+
+
+def test_every_label_and_annotation_key_is_named_once_in_naming(tmp_path: Path) -> None:
+    written_out = contract_literals(modules())
+    assert not written_out, f"use the constants of kubetrain.naming: {sorted(written_out)}"
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        'SELECTOR = f"training.kubeflow.org/job-name={name}"\n"""A docstring naming kubetrain.dev/attempt."""\n'
+    )
+    assert contract_literals({"probe": probe}) == {("probe", "training.kubeflow.org/job-name=")}
