@@ -18,12 +18,16 @@ training resumes from the last checkpoint. A dead job is never waited on again.
 Inputs that change what the job runs make a lineage of their own.
 
 Cancellation: KFP stops a cancelled step's pod with SIGTERM; the job is then
-deleted, so nothing keeps training for a run nobody waits for.
+deleted, so nothing keeps training for a run nobody waits for. A SIGTERM also
+comes when the cluster disrupts the step's own pod (preemption, eviction, a
+node drain); that pod then carries a ``DisruptionTarget`` condition, and the job
+is left running, so the step's retry reattaches to it instead of starting over.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -212,10 +216,28 @@ def launch(request: LaunchRequest, *, client: JobClient | None = None) -> Launch
             jobs.close()
 
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
 def _default_namespace() -> str:
     """The step's own namespace in a cluster (its service account's), else ``default``."""
-    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    path = SERVICE_ACCOUNT_NAMESPACE
     return path.read_text().strip() if path.exists() else "default"
+
+
+def _own_pod(fallback_namespace: str) -> tuple[str, str] | None:
+    """(namespace, name) of the step's own pod: KFP gives its name as ``KFP_POD_NAME``."""
+    name = os.environ.get("KFP_POD_NAME")
+    if not name:
+        return None
+    namespace = SERVICE_ACCOUNT_NAMESPACE
+    return (namespace.read_text().strip() if namespace.exists() else fallback_namespace), name
+
+
+def _step_disruption(jobs: JobClient, namespace: str) -> str | None:
+    """Why the cluster is stopping the step's pod, if it is (see ``kinds.disruption``)."""
+    pod = _own_pod(namespace)
+    return jobs.disruption(*pod) if pod else None
 
 
 def _submit_or_resume(jobs: JobClient, request: LaunchRequest, namespace: str) -> Obj:
@@ -230,8 +252,15 @@ def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
     kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        _log(f"step cancelled: deleting {kind} {namespace}/{name}")
-        jobs.delete(kind, name, namespace)
+        disrupted = _step_disruption(jobs, namespace)
+        if disrupted:
+            _log(
+                f"the step's pod is being stopped by the cluster ({disrupted}): {kind} {namespace}/{name} "
+                "keeps training, and the step's retry reattaches to it"
+            )
+        else:
+            _log(f"step cancelled: deleting {kind} {namespace}/{name}")
+            jobs.delete(kind, name, namespace)
         sys.exit(143)
 
     previous = (

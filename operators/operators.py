@@ -789,10 +789,17 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             "report": report,
         }
 
-    def _output_refusal(self, job: Obj, runtime: Obj | None) -> str | None:
-        """Why ``on_finish_action`` may not delete ``job``: the claim holding its output would go with it."""
+    def _output_refusal(self, job: Obj, runtime: Obj | None, deleter: str | None = None) -> str | None:
+        """Why ``deleter`` (``on_finish_action``, or the job's TTL) may not delete ``job``: the claim
+        holding its output would go with it."""
         if job.get("kind") != "TrainJob" or runtime is None:
             return None
+        deleter = deleter or f"on_finish_action={self.on_finish_action!r}"
+        fix = (
+            "remove the TTL"
+            if deleter.startswith(naming.ANNOTATION_TTL_AFTER_FINISHED)
+            else "set on_finish_action='keep'"
+        )
         try:
             found = output_deleted_with_job(output_paths(job), trainer_claim_mounts(job, runtime))
         except trainjob_runtime.BuildError:
@@ -801,21 +808,29 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             return None
         path, claim = found
         return (
-            f"on_finish_action={self.on_finish_action!r} would delete TrainJob {job['metadata'].get('name')} "
+            f"{deleter} would delete TrainJob {job['metadata'].get('name')} "
             f"and with it the claim {claim}, which holds {path}: the runtime's volumeClaimPolicies delete "
             "that claim with the TrainJob (retentionPolicy.whenDeleted: Delete). Run on a runtime that "
             "retains it (whenDeleted: Retain, as the shipped torchtune runtimes do for their output claim), "
-            "or set on_finish_action='keep'"
+            f"or {fix}"
         )
 
     def _check_outputs_outlive_the_job(self) -> None:
-        """Before submitting: refuse an ``on_finish_action`` that would delete the checkpoints' claim."""
-        if self.on_finish_action == "keep" or self._manifest.get("kind") != "TrainJob":
+        """Before submitting: refuse an ``on_finish_action`` or a TTL that would delete the checkpoints'
+        claim with the job."""
+        if self._manifest.get("kind") != "TrainJob":
+            return
+        ttl = (self._manifest["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TTL_AFTER_FINISHED)
+        deleters = [f"on_finish_action={self.on_finish_action!r}"] if self.on_finish_action != "keep" else []
+        if ttl:
+            deleters.append(f"{naming.ANNOTATION_TTL_AFTER_FINISHED}: {ttl}")
+        if not deleters:
             return
         runtime = self._client.run(_live_runtime(self._client.aio, self._manifest, self._ns))
-        refusal = self._output_refusal(self._manifest, runtime)
-        if refusal is not None:
-            raise AirflowException(f"{refusal}; nothing was submitted")
+        for deleter in deleters:
+            refusal = self._output_refusal(self._manifest, runtime, deleter)
+            if refusal is not None:
+                raise AirflowException(f"{refusal}; nothing was submitted")
 
     def _finish(self, job: Obj) -> None:
         succeeded = kinds.state(job) == "Succeeded"

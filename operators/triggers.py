@@ -49,6 +49,8 @@ from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 LOG_TAIL = 30
+LIST_TIMEOUT = 60.0  # seconds a list may take once the watch has synced (the first has its deadline)
+WATCH_SECONDS = 300  # the server-side length of one watch request
 
 # Client errors that the same request meets again: retrying cannot help (410 and 429 are not among them).
 _PERMANENT = frozenset({400, 401, 403, 404, 405, 406, 415, 422})
@@ -62,8 +64,10 @@ def is_permanent(exc: BaseException) -> bool:
 
 def api_message(exc: BaseException) -> str:
     """The API server's own words for a failed request: its Status message, with the HTTP code."""
+    if isinstance(exc, TimeoutError):
+        return "no answer in time (the request timed out)"
     if not isinstance(exc, ApiException):
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     message = str(exc.reason or "")
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         message = str(json.loads(exc.body or "{}").get("message") or message)
@@ -258,8 +262,15 @@ class SharedJobWatch:
         while True:
             try:
                 if not version:
+                    # A list that hangs (a half-open connection, a stuck API server) must end too:
+                    # the first one within what is left of its deadline, later ones within a minute.
+                    left = self.first_list_deadline - (time.monotonic() - started)
                     listed = await custom.list_namespaced_custom_object(
-                        self.kind.group, self.kind.version, self.namespace, self.kind.plural
+                        self.kind.group,
+                        self.kind.version,
+                        self.namespace,
+                        self.kind.plural,
+                        _request_timeout=max(left, 1.0) if not self.synced.is_set() else LIST_TIMEOUT,
                     )
                     self._replace_all(list(listed.get("items") or []))
                     version = listed["metadata"]["resourceVersion"]
@@ -275,7 +286,9 @@ class SharedJobWatch:
                     self.kind.plural,
                     resource_version=version,
                     allow_watch_bookmarks=True,
-                    timeout_seconds=300,
+                    timeout_seconds=WATCH_SECONDS,
+                    # The API server ends the watch after WATCH_SECONDS; one silent past that hangs.
+                    _request_timeout=WATCH_SECONDS + 30,
                 ) as events:
                     async for event in events:
                         failures = gone = 0

@@ -156,6 +156,13 @@ def refusal(resource: Resource, name: str, error: errors.APIError) -> ChildRejec
     return None
 
 
+def failure_text(error: BaseException) -> str:
+    """What went wrong, for an Event: the API server's message, else the error itself."""
+    if isinstance(error, errors.APIError | ChildRejectedError):
+        return error.message
+    return str(error) or type(error).__name__
+
+
 def require_ours(owner: Obj, resource: Resource, obj: Obj) -> None:
     """Raise unless the job ``owner`` controls ``obj``, found under the name of one of its children: a
     ``ChildRejectedError`` name conflict, or ``RetryLaterError`` while an earlier job's leftover goes."""
@@ -239,8 +246,8 @@ class ChildWriter:
         if not failures:
             return
         name, first = failures[0]
-        if isinstance(first, errors.APIError | ChildRejectedError):
-            text = first.message
+        if not isinstance(first, asyncio.CancelledError):
+            text = failure_text(first)
             more = f" (and {len(failures) - 1} more in this batch)" if len(failures) > 1 else ""
             self.recorder.event(owner, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {text}{more}")
         rejected = refusal(resource, name, first) if isinstance(first, errors.APIError) else None

@@ -461,6 +461,14 @@ class AsyncJobClient:
         listed = await retrying(lambda: self.core.list_namespaced_pod(job["metadata"]["namespace"]))
         return [p for p in listed.items if any(r.uid == uid for r in p.metadata.owner_references or [])]
 
+    async def disruption(self, namespace: str, pod: str) -> str | None:
+        """``kinds.disruption`` of pod ``pod``; None also when it cannot be read."""
+        try:
+            found = await retrying(lambda: self.core.read_namespaced_pod(pod, namespace))
+        except ApiException:
+            return None
+        return kinds.disruption(self.api.sanitize_for_serialization(found))
+
     async def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]:
         """Pods of a namespace that match a label selector."""
         listed = await retrying(

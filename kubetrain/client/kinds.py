@@ -98,6 +98,16 @@ def failure(job: Obj) -> tuple[str, str]:
     return "", ""
 
 
+def disruption(pod: Obj) -> str | None:
+    """Why a pod is being stopped by the cluster -- preempted, evicted, drained, its node going away --
+    from its ``DisruptionTarget`` condition (``reason: message``); None when nothing disrupts it."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            words = [str(condition[k]) for k in ("reason", "message") if condition.get(k)]
+            return ": ".join(words) or "DisruptionTarget"
+    return None
+
+
 def rank0_selector(job: Obj, *, role: str | None = None, index: int = 0) -> str:
     """Label selector of one replica's pod: rank 0 by default, or ``role`` (Master, Worker, node...) at ``index``."""
     name = job["metadata"]["name"]

@@ -18,12 +18,15 @@ take over, resubmit or delete another caller's job. So the rules live here, once
   key of the checkpoint fence), the checkpoint dir and volume, and count ``kubetrain.dev/attempt``
   up; attempt N is named ``naming.attempt_name(lineage, N)`` (the first may keep its caller's
   name). A request with another spec is a lineage of its own, beside the first: it never
-  reattaches to, resubmits or resumes a job that runs something else.
+  reattaches to, resubmits or resumes a job that runs something else. Lineages of one identity
+  that keep their checkpoints in the same place (directory and volume) never run at once: the
+  fence orders the attempts of one lineage only, so a second writer is refused before it starts.
 - **Decisions** (``decide``, pure): a running attempt is reattached to, a suspended one resumed, a
   succeeded one returned (or run again when the caller asks), a failed one followed by the next
-  attempt; attempts being deleted are skipped; and nothing is submitted while an attempt of the
-  lineage still has live pods (Pending or Running, not being deleted): the caller waits, bounded,
-  with status lines in its log, then fails naming the pods.
+  attempt; attempts being deleted are skipped; nothing is submitted while an attempt of the
+  lineage, or of another lineage writing to the same checkpoint place, still has live pods
+  (Pending or Running, not being deleted): the caller waits, bounded, with status lines in its
+  log, then fails naming the pods; and nothing starts or resumes while such another lineage runs.
 
 ``find`` and ``prepare`` are the thin I/O around ``decide``; the sync ``JobClient`` runs them too.
 """
@@ -120,6 +123,15 @@ def spec_hash(manifest: Obj) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def checkpoint_place(obj: Obj) -> tuple[str, str]:
+    """Where a job (or a manifest) keeps its checkpoints: its checkpoint dir and volume annotations."""
+    annotations = _annotations(obj)
+    return (
+        annotations.get(naming.ANNOTATION_CHECKPOINT_DIR, ""),
+        annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME, ""),
+    )
+
+
 def lineage_of(job: Obj) -> str:
     """A job's lineage: its ``kubetrain.dev/lineage`` label, else its name."""
     labels = job["metadata"].get("labels") or {}
@@ -155,6 +167,7 @@ class Attempt:
     delivered: bool = False  # the caller already returned its result once
     last_checkpoint: str = ""
     live_pods: tuple[str, ...] = ()  # "name (phase)" of its Pending or Running pods not being deleted
+    checkpoints: tuple[str, str] = ("", "")  # checkpoint_place: where it writes its checkpoints
     created: str = ""
     job: Obj = field(default_factory=dict, compare=False, repr=False)
 
@@ -179,6 +192,7 @@ class Attempt:
             last_checkpoint=annotations.get(naming.ANNOTATION_LAST_CHECKPOINT)
             or str(kinds.report(job).get("last_checkpoint") or ""),
             live_pods=tuple(live_pods),
+            checkpoints=checkpoint_place(job),
             created=str(meta.get("creationTimestamp") or ""),
             job=job,
         )
@@ -252,13 +266,28 @@ def decide(request: Request, attempts: Sequence[Attempt]) -> Decision:
         if number == 1 and request.first_name and lineage == request.base_lineage
         else naming.attempt_name(lineage, number)
     )
-    pods = tuple(p for a in sorted(lineage_attempts, key=_order) for p in a.live_pods)
+    place = checkpoint_place(request.template)
+    neighbours = [a for a in others if place[0] and a.checkpoints == place]  # same dir, same volume
+    rival = next((a for a in neighbours if not (a.finished or a.deleting or a.suspended)), None)
+    pods = tuple(p for a in sorted([*lineage_attempts, *neighbours], key=_order) for p in a.live_pods)
     checkpoint = next(
         (a.last_checkpoint for a in sorted(lineage_attempts, key=_order, reverse=True) if a.last_checkpoint),
         _annotations(request.template).get(naming.ANNOTATION_LAST_CHECKPOINT, ""),
     )
 
+    def refused_beside(rival: Attempt) -> Decision:
+        return Decision(
+            Action.ERROR,
+            f"{rival.describe()} of this run runs another spec and is {rival.state}, writing checkpoints to "
+            f"{place[0]}{f' on volume {place[1]}' if place[1] else ''}: nothing of this spec starts beside "
+            f"it; wait for it to end, or delete {kinds.kind_of(request.kind).kind} {request.namespace}/"
+            f"{rival.name}",
+            lineage,
+        )
+
     def submit(action: Action, reason: str) -> Decision:
+        if rival is not None:
+            return refused_beside(rival)
         if pods:
             return Decision(
                 Action.WAIT,
@@ -290,6 +319,8 @@ def decide(request: Request, attempts: Sequence[Attempt]) -> Decision:
         return submit(Action.START, reason)
     where = f"{kinds.kind_of(request.kind).kind} {request.namespace}/{current.name}"
     if current.suspended and not current.finished:
+        if rival is not None:
+            return refused_beside(rival)
         return Decision(
             Action.RESUME,
             f"{current.describe()} is suspended: resuming it",

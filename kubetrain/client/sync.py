@@ -163,6 +163,9 @@ class JobClient:
     def pods(self, job: Obj) -> builtins.list[Any]:
         return self._run(self._async.pods(job))
 
+    def disruption(self, namespace: str, pod: str) -> str | None:
+        return self._run(self._async.disruption(namespace, pod))
+
     def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]:
         return self._run(self._async.pods_matching(namespace, label_selector))
 

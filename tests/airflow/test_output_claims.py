@@ -180,6 +180,38 @@ async def test_a_delete_on_finish_that_would_delete_the_checkpoints_is_refused_b
     assert listed["items"] == []
 
 
+@pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
+async def test_a_ttl_that_would_delete_the_checkpoints_is_refused_before_submitting(
+    namespace: str, custom: client.CustomObjectsApi
+) -> None:
+    runtime = claims_runtime("deletes-output", output_retained=False)
+    await custom.create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
+    )
+    annotations = {
+        "kubetrain.dev/checkpoint-dir": "/workspace/output",
+        "kubetrain.dev/ttl-seconds-after-finished": "600",
+    }
+    op = TrainJobOperator(
+        task_id="tune",
+        namespace=namespace,
+        job=trainjob("tune", "deletes-output", annotations=annotations),
+        on_finish_action="keep",
+        get_logs=False,
+    )
+    with pytest.raises(AirflowException) as refused:
+        await asyncio.to_thread(execute, op)
+    assert str(refused.value).startswith(
+        "kubetrain.dev/ttl-seconds-after-finished: 600 would delete TrainJob tune and with it the claim "
+        "output-tune, which holds /workspace/output"
+    )
+    assert str(refused.value).endswith("or remove the TTL; nothing was submitted")
+    listed = await custom.list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+    )
+    assert listed["items"] == []
+
+
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
 async def test_the_delete_after_finishing_is_refused_when_the_reported_checkpoint_is_on_the_jobs_claim(
     namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api, jobs: Jobs

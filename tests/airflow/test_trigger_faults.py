@@ -175,3 +175,15 @@ async def test_the_first_list_has_a_deadline(
     assert f"could not list pytorchjobs in namespace {namespace} within 4s" in event["message"]
     assert "injected by the fault proxy (HTTP 503)" in event["message"]
     assert lists(proxy, namespace) >= 2, "a 503 is tried again until the deadline"
+
+
+async def test_a_first_list_that_hangs_ends_at_its_deadline(
+    proxy: FaultProxy, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SharedJobWatch, "first_list_deadline", 4.0)
+    proxy.add(Rule(faultproxy.hang(), method="GET", path=jobs_path(namespace), watch=False))
+    trigger = JobTrigger(kind="PyTorchJob", name="train", namespace=namespace, kubernetes_conn_id=TRIGGERER)
+    event = await asyncio.wait_for(first_event(trigger), 30)
+    assert event["status"] == "error"
+    assert f"could not list pytorchjobs in namespace {namespace} within 4s" in event["message"]
+    assert "no answer in time" in event["message"]

@@ -11,7 +11,7 @@ import pytest
 from kubetrain.client import AsyncJobClient, JobClient, builders
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobExistsError, JobFailedError, JobTimeoutError
-from tests.support import HANG, fails, pytorchjob, runs_for
+from tests.support import HANG, eventually, fails, pytorchjob, runs_for
 
 
 @pytest.fixture
@@ -168,3 +168,27 @@ def test_the_sync_client_has_the_same_verbs(kubeconfig: Path, namespace: str, cr
         assert first["metadata"]["name"] == "sync"
         assert sync.delete("PyTorchJob", "sync", namespace) is True
         assert sync.delete("PyTorchJob", "sync", namespace) in (True, False)
+
+
+HOLD = "example.com/hold"  # keeps an evicted pod readable until the test lets it go
+
+
+async def test_a_pod_the_cluster_evicts_tells_why_and_any_other_pod_tells_nothing(
+    jobs_client: AsyncJobClient, namespace: str
+) -> None:
+    core = jobs_client.core
+    pod = {
+        "metadata": {"name": "step", "finalizers": [HOLD]},
+        "spec": {"containers": [{"name": "main", "image": "example.com/step:1"}]},
+    }
+    await core.create_namespaced_pod(namespace, pod)
+    try:
+        assert await jobs_client.disruption(namespace, "step") is None
+        # What `kubectl drain` and the scheduler's preemption do: the API server marks the pod first.
+        eviction = {"metadata": {"name": "step", "namespace": namespace}}
+        await core.create_namespaced_pod_eviction("step", namespace, eviction)
+        why = await eventually(lambda: jobs_client.disruption(namespace, "step"), what="the DisruptionTarget")
+        assert why.startswith("EvictionByEvictionAPI"), why
+    finally:
+        await core.patch_namespaced_pod("step", namespace, [{"op": "remove", "path": "/metadata/finalizers"}])
+    assert await jobs_client.disruption(namespace, "no-such-pod") is None

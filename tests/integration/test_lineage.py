@@ -160,6 +160,25 @@ async def test_a_new_pipeline_run_with_the_same_job_name_gets_a_new_job(
     assert len(await names(jobs_client, namespace)) == 3
 
 
+async def test_changed_inputs_never_train_beside_a_running_attempt_on_the_same_checkpoints(
+    jobs_client: AsyncJobClient, namespace: str
+) -> None:
+    step = {"job_name": "digits", "run_id": "run-1", "task_name": "t", "checkpoint_dir": "/ckpt"}
+    old = await prepare(jobs_client, kfp_step(namespace, **step, checkpoint_volume="shared"))
+    with pytest.raises(LineageError, match="runs another spec and is Pending, writing checkpoints to /ckpt"):
+        await prepare(jobs_client, kfp_step(namespace, **step, checkpoint_volume="shared", args=["--lr=0.1"]))
+    # Elsewhere, it may start at once; once the old one failed, also in the same place.
+    apart = await prepare(
+        jobs_client, kfp_step(namespace, **step, checkpoint_volume="other", args=["--lr=1"])
+    )
+    assert apart.decision.action is Action.START
+    await set_state(jobs_client, old.job, "Failed")
+    changed = await prepare(
+        jobs_client, kfp_step(namespace, **step, checkpoint_volume="shared", args=["--lr=0.1"])
+    )
+    assert changed.decision.action is Action.START and "ran another spec" in changed.decision.reason
+
+
 async def test_nothing_is_resubmitted_while_a_failed_attempts_pods_live(
     jobs_client: AsyncJobClient, namespace: str
 ) -> None:

@@ -7,6 +7,7 @@ as a process of its own, and the training pods run on the process node.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -221,26 +222,74 @@ def test_a_retried_step_resumes_the_failed_attempt_from_its_checkpoint(
     assert len(attempts) == 2 and attempts[0].endswith("-a1") and attempts[1].endswith("-a2")
 
 
-def test_a_cancelled_step_deletes_its_job(kfp_env: Path, namespace: str, jobs: JobClient) -> None:
+def endless_step(namespace: str) -> LaunchRequest:
+    """A step whose job trains until it is stopped."""
+    return LaunchRequest(
+        kind="PyTorchJob",
+        job_name="endless",
+        run_id="run-1",
+        task_name="train",
+        namespace=namespace,
+        image="kubetrain/kubetrain:0.1.0",
+        command=[*TRAIN, "--steps=100000", "--step-seconds=0.05"],
+        num_workers=0,
+        working_dir=str(REPO),
+        **PLACEMENT,
+    )
+
+
+def start_step(request: LaunchRequest, jobs: JobClient, **env: str) -> subprocess.Popen[bytes]:
+    """Run the step as its pod would, in a process of its own; return once its job exists."""
     script = (
         "from kubetrain.components.launch import LaunchRequest, launch\n"
-        f"launch(LaunchRequest(kind='PyTorchJob', job_name='cancelled', run_id='run-1', namespace={namespace!r},"
-        f" image='kubetrain/kubetrain:0.1.0', command={[*TRAIN, '--steps=100000', '--step-seconds=0.05']!r},"
-        f" num_workers=0, working_dir={str(REPO)!r}, node_selector={PLACEMENT['node_selector']!r},"
-        f" tolerations={PLACEMENT['tolerations']!r}))\n"
+        f"launch(LaunchRequest(**{dataclasses.asdict(request)!r}))\n"
     )
-    step = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    step = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env})
     deadline = time.monotonic() + 60
-    while not jobs.list(kind="PyTorchJob", namespace=namespace):
+    while not jobs.list(kind="PyTorchJob", namespace=request.namespace):
         assert time.monotonic() < deadline and step.poll() is None, "the step did not submit its job"
         time.sleep(0.5)
     time.sleep(3)
+    return step
+
+
+def test_a_cancelled_step_deletes_its_job(kfp_env: Path, namespace: str, jobs: JobClient) -> None:
+    step = start_step(endless_step(namespace), jobs)
     step.send_signal(signal.SIGTERM)  # what KFP does to a cancelled step's pod
     assert step.wait(30) == 143
     deadline = time.monotonic() + 60
     while jobs.list(kind="PyTorchJob", namespace=namespace):
         assert time.monotonic() < deadline, "the cancelled step's job is still there"
         time.sleep(0.5)
+
+
+def test_a_step_whose_pod_the_cluster_evicts_leaves_its_job_to_the_retry(
+    kfp_env: Path, namespace: str, jobs: JobClient
+) -> None:
+    # The step's own pod, as KFP runs it (KFP_POD_NAME); held by a finalizer so it can still be read.
+    core = jobs.aio.core
+    pod = {
+        "metadata": {"name": "step-pod", "finalizers": ["example.com/hold"]},
+        "spec": {"containers": [{"name": "main", "image": "example.com/step:1"}]},
+    }
+    jobs.run(core.create_namespaced_pod(namespace, pod))
+    try:
+        request = endless_step(namespace)
+        step = start_step(request, jobs, KFP_POD_NAME="step-pod")
+        (job,) = jobs.list(kind="PyTorchJob", namespace=namespace)
+        # A node drain: the Eviction API marks the pod (DisruptionTarget), then its containers get SIGTERM.
+        eviction = {"metadata": {"name": "step-pod", "namespace": namespace}}
+        jobs.run(core.create_namespaced_pod_eviction("step-pod", namespace, eviction))
+        time.sleep(1)
+        step.send_signal(signal.SIGTERM)
+        assert step.wait(30) == 143
+        left = jobs.get("PyTorchJob", job["metadata"]["name"], namespace)
+        assert left is not None and not left["metadata"].get("deletionTimestamp"), "the job keeps training"
+        retried = jobs.prepare_attempt(request.lineage_request(namespace), log=lambda line: None)
+        assert retried.job["metadata"]["uid"] == job["metadata"]["uid"], "the retry reattaches to it"
+    finally:
+        patch = [{"op": "remove", "path": "/metadata/finalizers"}]
+        jobs.run(core.patch_namespaced_pod("step-pod", namespace, patch))
 
 
 def test_a_pipeline_step_knows_its_run_and_task_without_being_told(tmp_path: Path) -> None:

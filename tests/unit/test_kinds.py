@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.client.kinds import state, status_line
+from kubetrain.client.kinds import disruption, state, status_line
 
 
 def job(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -38,3 +38,22 @@ def test_pods_the_api_server_forbids_are_in_the_status_line_while_the_controller
 def test_the_line_names_the_state_the_replicas_and_the_restarts() -> None:
     running = job(condition("Running"), replicaStatuses={"Worker": {"active": 2}}, restartCount=1)
     assert status_line(running) == "PyTorchJob team/mnist: Running; Worker active 2; restarts 1"
+
+
+def test_a_disruption_is_read_from_the_pods_disruption_target_condition() -> None:
+    def pod(*conditions: dict[str, str]) -> dict[str, Any]:
+        return {"status": {"conditions": list(conditions)}}
+
+    ready = {"type": "Ready", "status": "True"}
+    preempted = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": "team-b/urgent: preempting to accommodate a higher priority pod",
+    }
+    assert disruption(pod(ready, preempted)) == (
+        "PreemptionByScheduler: team-b/urgent: preempting to accommodate a higher priority pod"
+    )
+    assert disruption(pod({"type": "DisruptionTarget", "status": "True"})) == "DisruptionTarget"
+    assert disruption(pod(ready, {**preempted, "status": "False"})) is None
+    assert disruption(pod(ready)) is None and disruption({}) is None

@@ -191,7 +191,7 @@ def test_a_suspended_attempt_is_resumed_not_waited_on() -> None:
 
 
 def test_another_spec_is_a_lineage_of_its_own_that_never_touches_the_first() -> None:
-    running_old = attempt(1, "Running", spec_hash="0" * 16)
+    running_old = attempt(1, "Running", spec_hash="0" * 16, checkpoints=("/elsewhere", ""))
     decision = lineage.decide(request(), [running_old])
     assert decision.action is Action.START and decision.current is None
     assert decision.lineage == f"train-1a2b3c4d-{SPEC[:8]}" and decision.name == f"{decision.lineage}-a1"
@@ -200,6 +200,38 @@ def test_another_spec_is_a_lineage_of_its_own_that_never_touches_the_first() -> 
     mine = attempt(1, "Failed", lineage=decision.lineage, name=decision.name)
     again = lineage.decide(request(), [running_old, mine])
     assert (again.action, again.lineage, again.number) == (Action.RESUBMIT, decision.lineage, 2)
+
+
+def test_two_lineages_never_write_to_one_checkpoint_place_at_once() -> None:
+    place = ("/ckpt", "")  # MANIFEST's
+    running_old = attempt(1, "Running", spec_hash="0" * 16, checkpoints=place)
+    refused = lineage.decide(request(), [running_old])
+    assert refused.action is Action.ERROR
+    assert "attempt 1 (train-1a2b3c4d) of this run runs another spec and is Running" in refused.reason
+    assert "writing checkpoints to /ckpt" in refused.reason
+    assert "delete PyTorchJob team-a/train-1a2b3c4d" in refused.reason
+    # Failed, its pods still going: waited for like the pods of the lineage's own attempts.
+    ending = attempt(
+        1, "Failed", spec_hash="0" * 16, checkpoints=place, live_pods=("old-worker-0 (Running)",)
+    )
+    assert lineage.decide(request(), [ending]).waiting_on == ("old-worker-0 (Running)",)
+    # Gone, finished or suspended, it does not stand in the way.
+    for quiet in (
+        attempt(1, "Failed", spec_hash="0" * 16, checkpoints=place),
+        attempt(1, "Running", spec_hash="0" * 16, checkpoints=place, deleting=True),
+        attempt(1, "Suspended", spec_hash="0" * 16, checkpoints=place, suspended=True),
+    ):
+        assert lineage.decide(request(), [quiet]).action is Action.START
+    # The same holds for a resubmission, and for resuming a suspended attempt, of this spec.
+    mine = attempt(1, "Failed", lineage="train-1a2b3c4d-x", name="train-1a2b3c4d-x-a1")
+    assert lineage.decide(request(), [running_old, mine]).action is Action.ERROR
+    paused = attempt(1, "Suspended", suspended=True, lineage="train-1a2b3c4d-x", name="train-1a2b3c4d-x-a1")
+    assert lineage.decide(request(), [running_old, paused]).action is Action.ERROR
+    # Other volume, or no checkpoint dir at all: nothing shared.
+    apart = attempt(1, "Running", spec_hash="0" * 16, checkpoints=("/ckpt", "claim-b"))
+    assert lineage.decide(request(), [apart]).action is Action.START
+    bare = request(template={**MANIFEST, "metadata": {"name": "train-1a2b3c4d"}})
+    assert lineage.decide(bare, [attempt(1, "Running", spec_hash="0" * 16)]).action is Action.START
 
 
 def test_another_identitys_job_is_never_one_of_ours() -> None:

@@ -81,3 +81,31 @@ async def test_scaling_workers_up_and_down_follows_the_spec(controller: Any, job
 async def _services_named(jobs: Jobs, name: str, wanted: list[str]) -> bool:
     live = sorted(s.metadata.name for s in await jobs.services(name) if not s.metadata.deletion_timestamp)
     return live == wanted
+
+
+async def test_an_hpa_of_that_name_held_by_someone_else_fails_the_job_and_is_left_alone(
+    controller: Any, jobs: Jobs, api_client: client.ApiClient, namespace: str
+) -> None:
+    autoscaling = client.AutoscalingV2Api(api_client)
+    theirs = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "taken-hpa"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 2,
+            "maxReplicas": 9,
+            "metrics": ELASTIC["metrics"],
+        },
+    }
+    await autoscaling.create_namespaced_horizontal_pod_autoscaler(namespace, theirs)
+    await jobs.create(
+        pytorchjob("taken-hpa", master=False, workers=1, worker_annotations=HANG, elasticPolicy=ELASTIC)
+    )
+    job = await jobs.wait_condition("taken-hpa", "Failed", timeout=30)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "NameConflict"
+    assert "HorizontalPodAutoscaler taken-hpa already exists" in failed["message"]
+    hpa = await autoscaling.read_namespaced_horizontal_pod_autoscaler("taken-hpa", namespace)
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 9), "somebody else's HPA is not changed"
+    assert hpa.spec.scale_target_ref.name == "web" and not hpa.metadata.deletion_timestamp

@@ -96,6 +96,7 @@ class FakeKube:
         self.failures = failures or {}
         self.objects: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
+        self.preconditions: list[str | None] = []
 
     async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Any:
         name = body["metadata"]["name"]
@@ -108,11 +109,18 @@ class FakeKube:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
         return self.objects.get(name)
 
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> bool:
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **kw: Any) -> bool:
         self.calls.append(("delete", name))
+        self.preconditions.append(kw.get("uid"))
         if name in self.failures:
             raise self.failures[name]
         return True
+
+
+def events(child_writer: ChildWriter) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of what the writer recorded (the recorder is not started: all queued)."""
+    queue = child_writer.recorder._queue
+    return [(t, reason, message) for _, t, reason, message in list(queue._queue)]  # type: ignore[attr-defined]
 
 
 def writer(kube: FakeKube) -> tuple[ChildWriter, Expectations]:
@@ -207,3 +215,44 @@ def test_an_invalid_child_fails_the_job_on_the_third_pass_in_a_row() -> None:
     rejections.fails_job("ns/j", invalid)
     rejections.forget("ns/j")  # a pass that went through starts the count again
     assert [rejections.fails_job("ns/j", invalid) for _ in range(3)] == [False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        (api_error(errors.APIServerError, 503, "etcdserver: leader changed"), "etcdserver: leader changed"),
+        (ConnectionResetError("connection reset by peer"), "connection reset by peer"),
+        (TimeoutError(), "TimeoutError"),
+    ],
+)
+async def test_a_pass_whose_creates_fail_posts_one_warning_naming_the_first_and_counting_the_rest(
+    error: BaseException, text: str
+) -> None:
+    # p0 goes out alone and succeeds; p1 and p2 form the second batch and both fail.
+    kube = FakeKube({"p1": error, "p2": error})
+    child_writer, _ = writer(kube)
+    with pytest.raises(type(error)):
+        await child_writer.create_all(JOB, PODS, bodies(30), track=True)
+    assert events(child_writer) == [
+        ("Normal", "SuccessfulCreatePod", "Created pod: p0"),
+        ("Warning", "FailedCreatePod", f"Error creating p1: {text} (and 1 more in this batch)"),
+    ]
+
+
+async def test_a_singleton_child_is_deleted_only_when_this_job_controls_it_and_only_by_its_uid() -> None:
+    kube = FakeKube()
+    child_writer, _ = writer(kube)
+
+    def child(kind: str, owner_uid: str, uid: str) -> dict[str, Any]:
+        obj = owned_by(kind, "j", owner_uid)
+        obj["metadata"].update(uid=uid, namespace="ns")
+        return obj
+
+    ours, theirs = child("PyTorchJob", "job-uid", "hpa-uid"), child("TFJob", "tf-uid", "other-uid")
+    earlier = child("PyTorchJob", "earlier-uid", "old-uid")
+    assert not await child_writer.delete_owned(JOB, PODS, theirs)
+    assert not await child_writer.delete_owned(JOB, PODS, earlier)
+    assert not await child_writer.delete_owned(JOB, PODS, None)
+    assert kube.calls == []
+    assert await child_writer.delete_owned(JOB, PODS, ours)
+    assert kube.preconditions == ["hpa-uid"], "the delete is guarded by the uid it was decided for"
