@@ -339,7 +339,7 @@ status_line = kinds.status_line  # one line for a task log: what the job is doin
 
 
 # -- the trigger ----------------------------------------------------------------------------------------
-class JobTrigger(BaseTrigger):  # type: ignore[misc]
+class JobTrigger(BaseTrigger):
     """Wait for a training job to finish, over a watch shared by every trigger of that namespace.
 
     The cluster is named by ``kubernetes_conn_id`` (read in the triggerer), else by ``config_file`` /
@@ -365,7 +365,7 @@ class JobTrigger(BaseTrigger):  # type: ignore[misc]
         get_logs: bool = True,
         connection: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow 2 and 3 leave it untyped
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -432,7 +432,7 @@ class JobTrigger(BaseTrigger):  # type: ignore[misc]
             event = self._event("error", message=f"{type(exc).__name__}: {exc}")
         finally:
             await shared.release()
-        yield TriggerEvent(event)
+        yield TriggerEvent(event)  # type: ignore[no-untyped-call]  # untyped in Airflow
 
     async def _wait(self, shared: SharedJobWatch) -> Obj:
         last_line = ""
