@@ -283,12 +283,17 @@ class AsyncJobClient:
 
     async def set_suspended(self, kind: str, name: str, namespace: str, suspended: bool) -> Obj:
         """Suspend a job (its pods are deleted, it keeps its place) or let it run again."""
+        suspend = {"suspend": suspended}
+        patch = {"spec": {"runPolicy": suspend}} if kinds.kind_of(kind).is_v1 else {"spec": suspend}
+        return await self._merge_patch(kind, name, namespace, patch)
+
+    async def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
+        """Set annotations on a job (a merge patch of its metadata only)."""
+        return await self._merge_patch(kind, name, namespace, {"metadata": {"annotations": annotations}})
+
+    async def _merge_patch(self, kind: str, name: str, namespace: str, patch: Obj) -> Obj:
+        """Merge ``patch`` into the job; a job that is not there is a ``JobNotFoundError``."""
         spec = kinds.kind_of(kind)
-        patch = (
-            {"spec": {"runPolicy": {"suspend": suspended}}}
-            if spec.is_v1
-            else {"spec": {"suspend": suspended}}
-        )
         try:
             job: Obj = await retrying(
                 lambda: self.custom.patch_namespaced_custom_object(
@@ -298,27 +303,6 @@ class AsyncJobClient:
                     spec.plural,
                     name,
                     patch,
-                    _content_type="application/merge-patch+json",
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise JobNotFoundError(f"{kind} {namespace}/{name} not found") from None
-            raise
-        return job
-
-    async def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
-        """Set annotations on a job (a merge patch of its metadata only)."""
-        spec = kinds.kind_of(kind)
-        try:
-            job: Obj = await retrying(
-                lambda: self.custom.patch_namespaced_custom_object(
-                    spec.group,
-                    spec.version,
-                    namespace,
-                    spec.plural,
-                    name,
-                    {"metadata": {"annotations": annotations}},
                     _content_type="application/merge-patch+json",
                 )
             )
