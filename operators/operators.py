@@ -336,6 +336,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     operator_extra_links = (TrainingJobLink(),)
     external_id_key = "kubetrain_job"
     default_kind = "PyTorchJob"
+    only_default_kind = False  # True: the operator runs its default kind only (a manifest's must match)
 
     def __init__(
         self,
@@ -377,11 +378,15 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         job_url_template: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if self.only_default_kind and kind not in (None, self.default_kind):
+            raise ValueError(
+                f"{type(self).__name__} runs {self.default_kind}s; use TrainingJobOperator for other kinds"
+            )
         if ResumableJobMixin is None:
             kwargs.pop("durable", None)
         super().__init__(**kwargs)
         self.kind = kinds.kind_of(kind or self.default_kind).kind
-        self._kind_given = kind is not None
+        self._kind_given = kind is not None or self.only_default_kind
         self.job = job
         self.name = name
         self.namespace = namespace
@@ -908,24 +913,14 @@ class PyTorchJobOperator(TrainingJobOperator):
     """Run a PyTorchJob (a Master and ``num_workers`` Workers) and wait for it; see ``TrainingJobOperator``."""
 
     default_kind = "PyTorchJob"
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("kind", "PyTorchJob")
-        if kwargs["kind"] != "PyTorchJob":
-            raise ValueError("PyTorchJobOperator runs PyTorchJobs; use TrainingJobOperator for other kinds")
-        super().__init__(**kwargs)
+    only_default_kind = True
 
 
 class TrainJobOperator(TrainingJobOperator):
     """Run a TrainJob on a (Cluster)TrainingRuntime and wait for it; see ``TrainingJobOperator``."""
 
     default_kind = "TrainJob"
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("kind", "TrainJob")
-        if kwargs["kind"] != "TrainJob":
-            raise ValueError("TrainJobOperator runs TrainJobs; use TrainingJobOperator for other kinds")
-        super().__init__(**kwargs)
+    only_default_kind = True
 
 
 def _ref(job: Obj) -> dict[str, str]:
