@@ -174,6 +174,10 @@ class Jobs:
             probe, timeout=timeout, what=f"{count} pods of TrainJob {name}" + (f" {phase}" if phase else "")
         )
 
+    async def live_pods(self, job: str) -> list[client.V1Pod]:
+        """The job's pods that are not being deleted."""
+        return [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
+
     async def services(self, job: str | None = None) -> list[client.V1Service]:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
         listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)
@@ -183,7 +187,7 @@ class Jobs:
         self, job: str, count: int, *, phase: str | None = None, timeout: float = 30
     ) -> list[Any]:
         async def probe() -> list[Any] | None:
-            pods = [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
+            pods = await self.live_pods(job)
             if phase is not None:
                 pods = [p for p in pods if p.status.phase == phase]
             return pods if len(pods) == count else None
@@ -255,6 +259,17 @@ def pytorchjob(
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": job_spec,
     }
+
+
+def lone_worker(name: str, worker_annotations: dict[str, str], **options: Any) -> dict[str, Any]:
+    """A PyTorchJob of one Worker and no Master (options as ``pytorchjob``)."""
+    return pytorchjob(name, master=False, workers=1, worker_annotations=worker_annotations, **options)
+
+
+def condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
+    """The job's condition of type ``ctype`` (it must have one)."""
+    found: dict[str, Any] = next(c for c in job["status"]["conditions"] if c["type"] == ctype)
+    return found
 
 
 HANG = {"sim.kubetrain.dev/outcome": "hang"}

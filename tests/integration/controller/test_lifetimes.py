@@ -6,11 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import HANG, Jobs, eventually, fails, metric, pytorchjob, runs_for
-
-
-def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(c for c in job["status"]["conditions"] if c["type"] == ctype)
+from tests.support import HANG, Jobs, condition, eventually, fails, lone_worker, metric, pytorchjob, runs_for
 
 
 async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any, jobs: Jobs) -> None:
@@ -26,14 +22,14 @@ async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any
     )
     await jobs.wait_condition("slow", "Running")
     job = await jobs.wait_condition("slow", "Failed", timeout=20)
-    failed = _condition(job, "Failed")
+    failed = condition(job, "Failed")
     assert failed["reason"] == "DeadlineExceeded"
     assert "active longer than the specified deadline of 4s" in failed["message"]
     await eventually(lambda: _no_pods(jobs, "slow"), what="the pods to be deleted (cleanPodPolicy All)")
 
 
 async def _no_pods(jobs: Jobs, name: str) -> bool:
-    return not [p for p in await jobs.pods(name) if not p.metadata.deletion_timestamp]
+    return not await jobs.live_pods(name)
 
 
 async def test_ttl_deletes_a_finished_job_on_time(controller: Any, jobs: Jobs, namespace: str) -> None:
@@ -57,21 +53,14 @@ async def _gone(jobs: Jobs, name: str) -> bool:
 
 async def test_ttl_also_applies_to_failed_jobs(controller: Any, jobs: Jobs) -> None:
     await jobs.create(
-        pytorchjob(
-            "failed-ttl",
-            master=False,
-            workers=1,
-            restart_policy="Never",
-            worker_annotations=fails(1),
-            run_policy={"ttlSecondsAfterFinished": 2},
-        )
+        lone_worker("failed-ttl", fails(1), restart_policy="Never", run_policy={"ttlSecondsAfterFinished": 2})
     )
     await jobs.wait_condition("failed-ttl", "Failed")
     await eventually(lambda: _gone(jobs, "failed-ttl"), timeout=20, what="the TTL to delete the failed job")
 
 
-def _names(pods: list[Any]) -> list[str]:
-    return sorted(p.metadata.name for p in pods if not p.metadata.deletion_timestamp)
+async def _live_pod_names(jobs: Jobs, name: str) -> list[str]:
+    return sorted(p.metadata.name for p in await jobs.live_pods(name))
 
 
 @pytest.mark.parametrize(
@@ -97,7 +86,7 @@ async def test_clean_pod_policy_decides_what_a_finished_job_leaves(
     await jobs.wait_condition("clean", "Succeeded")
 
     async def settled() -> bool:
-        return _names(await jobs.pods("clean")) == left
+        return await _live_pod_names(jobs, "clean") == left
 
     await eventually(settled, what=f"pods left by cleanPodPolicy {policy} to be {left}")
     services = sorted(
@@ -124,7 +113,7 @@ async def test_a_job_failed_by_its_deadline_keeps_no_running_pod_even_under_clea
     await jobs.wait_condition("keep", "Failed", timeout=20)
 
     async def only_finished_pods_left() -> bool:
-        return _names(await jobs.pods("keep")) == ["keep-worker-0"]
+        return await _live_pod_names(jobs, "keep") == ["keep-worker-0"]
 
     await eventually(only_finished_pods_left, what="the running master deleted, the finished worker kept")
 
@@ -147,4 +136,4 @@ async def test_a_controller_restarted_before_the_deadline_still_fires_it_on_time
     # The new controller learns the deadline from the job's startTime, not from any memory of the old.
     await start_controller()
     job = await jobs.wait_condition("restarted", "Failed", timeout=20)
-    assert _condition(job, "Failed")["reason"] == "DeadlineExceeded"
+    assert condition(job, "Failed")["reason"] == "DeadlineExceeded"

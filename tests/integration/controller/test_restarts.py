@@ -6,64 +6,37 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support import HANG, Jobs, eventually, fails, pytorchjob
+from tests.support import HANG, Jobs, condition, eventually, fails, lone_worker
 
 
-def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(c for c in job["status"]["conditions"] if c["type"] == ctype)
+async def _worker_is_recreated(jobs: Jobs, name: str) -> None:
+    """The job's one worker pod gets a successor: a live pod of the same name with another uid."""
+    first = str((await jobs.wait_pods(name, 1))[0].metadata.uid)
 
+    async def recreated() -> bool:
+        pods = [p for p in await jobs.live_pods(name) if p.metadata.name.startswith(f"{name}-worker-0")]
+        return any(p.metadata.uid != first for p in pods)
 
-async def _worker_uid(jobs: Jobs, name: str) -> str:
-    pods = await jobs.wait_pods(name, 1)
-    return str(pods[0].metadata.uid)
-
-
-async def _recreated(jobs: Jobs, name: str, old_uid: str) -> str:
-    async def probe() -> str | None:
-        pods = [p for p in await jobs.pods(name) if p.metadata.name.startswith(f"{name}-worker-0")]
-        fresh = [p for p in pods if p.metadata.uid != old_uid and not p.metadata.deletion_timestamp]
-        return str(fresh[0].metadata.uid) if fresh else None
-
-    return await eventually(probe, what=f"{name}-worker-0 to be recreated")
+    await eventually(recreated, what=f"{name}-worker-0 to be recreated")
 
 
 async def test_on_failure_recreates_a_failed_pod_and_reports_restarting(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(
-        pytorchjob(
-            "onfail",
-            master=False,
-            workers=1,
-            restart_policy="OnFailure",
-            worker_annotations=fails(1, after="1s"),
-        )
-    )
-    first = await _worker_uid(jobs, "onfail")
-    await _recreated(jobs, "onfail", first)
+    await jobs.create(lone_worker("onfail", fails(1, after="1s"), restart_policy="OnFailure"))
+    await _worker_is_recreated(jobs, "onfail")
     job = await jobs.wait_condition("onfail", "Restarting")
-    assert _condition(job, "Restarting")["reason"] == "PyTorchJobRestarting"
+    assert condition(job, "Restarting")["reason"] == "PyTorchJobRestarting"
     assert job["status"]["restartCount"] >= 1
     await jobs.wait_event("onfail", "PyTorchJobRestarting")
 
 
 async def test_always_restarts_like_on_failure(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(
-        pytorchjob(
-            "always",
-            master=False,
-            workers=1,
-            restart_policy="Always",
-            worker_annotations=fails(2, after="1s"),
-        )
-    )
-    first = await _worker_uid(jobs, "always")
-    await _recreated(jobs, "always", first)
+    await jobs.create(lone_worker("always", fails(2, after="1s"), restart_policy="Always"))
+    await _worker_is_recreated(jobs, "always")
     await jobs.wait_condition("always", "Restarting")
 
 
 async def test_a_restarted_replica_can_go_on_to_succeed(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(
-        pytorchjob("recovers", master=False, workers=1, worker_annotations=fails(1, after="1s"))
-    )
+    await jobs.create(lone_worker("recovers", fails(1, after="1s")))
     await jobs.wait_condition("recovers", "Restarting")
     template_annotations = {
         "sim.kubetrain.dev/outcome": None,
@@ -86,44 +59,26 @@ async def test_a_restarted_replica_can_go_on_to_succeed(controller: Any, jobs: J
 
 async def test_exit_code_policy_retries_codes_from_128(controller: Any, jobs: Jobs) -> None:
     await jobs.create(
-        pytorchjob(
-            "sigkill",
-            master=False,
-            workers=1,
-            restart_policy="ExitCode",
-            worker_annotations=fails(137, after="1s", reason="OOMKilled"),
-        )
+        lone_worker("sigkill", fails(137, after="1s", reason="OOMKilled"), restart_policy="ExitCode")
     )
-    first = await _worker_uid(jobs, "sigkill")
-    await _recreated(jobs, "sigkill", first)
+    await _worker_is_recreated(jobs, "sigkill")
     job = await jobs.wait_condition("sigkill", "Restarting")
     assert not any(c["type"] == "Failed" for c in job["status"]["conditions"])
 
 
 async def test_exit_code_policy_fails_the_job_on_codes_below_128(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(
-        pytorchjob(
-            "bug", master=False, workers=1, restart_policy="ExitCode", worker_annotations=fails(1, after="1s")
-        )
-    )
+    await jobs.create(lone_worker("bug", fails(1, after="1s"), restart_policy="ExitCode"))
     job = await jobs.wait_condition("bug", "Failed")
-    assert "exited with code 1" in _condition(job, "Failed")["message"]
-    assert "ExitCode" in _condition(job, "Failed")["message"]
+    assert "exited with code 1" in condition(job, "Failed")["message"]
+    assert "ExitCode" in condition(job, "Failed")["message"]
 
 
 async def test_backoff_limit_counts_recreated_pods(controller: Any, jobs: Jobs) -> None:
     await jobs.create(
-        pytorchjob(
-            "flaky",
-            master=False,
-            workers=1,
-            restart_policy="OnFailure",
-            worker_annotations=fails(1, after="0s"),
-            run_policy={"backoffLimit": 2},
-        )
+        lone_worker("flaky", fails(1, after="0s"), restart_policy="OnFailure", run_policy={"backoffLimit": 2})
     )
     job = await jobs.wait_condition("flaky", "Failed", timeout=60)
-    failed = _condition(job, "Failed")
+    failed = condition(job, "Failed")
     assert failed["reason"] == "BackoffLimitExceeded"
     assert "3 restarts, backoffLimit 2" in failed["message"]
     assert job["status"]["restartCount"] == 3
@@ -131,27 +86,18 @@ async def test_backoff_limit_counts_recreated_pods(controller: Any, jobs: Jobs) 
 
 async def test_backoff_limit_counts_restarts_under_exit_code_too(controller: Any, jobs: Jobs) -> None:
     await jobs.create(
-        pytorchjob(
-            "evicted",
-            master=False,
-            workers=1,
-            restart_policy="ExitCode",
-            worker_annotations=fails(143, after="0s"),
-            run_policy={"backoffLimit": 1},
+        lone_worker(
+            "evicted", fails(143, after="0s"), restart_policy="ExitCode", run_policy={"backoffLimit": 1}
         )
     )
     job = await jobs.wait_condition("evicted", "Failed", timeout=60)
-    assert _condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
 
 
 async def test_in_place_container_restarts_count_against_the_backoff_limit(
     controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
 ) -> None:
-    await jobs.create(
-        pytorchjob(
-            "crashloop", master=False, workers=1, worker_annotations=HANG, run_policy={"backoffLimit": 2}
-        )
-    )
+    await jobs.create(lone_worker("crashloop", HANG, run_policy={"backoffLimit": 2}))
     await jobs.wait_condition("crashloop", "Running")
     pod = (await jobs.wait_pods("crashloop", 1, phase="Running"))[0]
 
@@ -182,4 +128,4 @@ async def test_in_place_container_restarts_count_against_the_backoff_limit(
     )
     await kubelet_restarted(3)
     job = await jobs.wait_condition("crashloop", "Failed")
-    assert _condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
