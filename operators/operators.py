@@ -30,7 +30,7 @@ import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -678,14 +678,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     def _wait_in_worker(self, ref: dict[str, str]) -> Obj:
         """Wait with a status line every ``status_interval`` seconds and rank 0's log in the task log."""
         client = self._client
-        stop = threading.Event()
-        follower = None
-        if self.get_logs:
-            current = client.require(ref["kind"], ref["name"], ref["namespace"])
-            follower = threading.Thread(target=self._stream_logs, args=(current, stop), daemon=True)
-            follower.start()
         latest: Obj | None = None
-        try:
+        with self._logs_streamed(ref):
             while True:
                 for job in client.watch(
                     ref["kind"], ref["name"], ref["namespace"], timeout=self.status_interval
@@ -695,25 +689,41 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                         break
                 if latest is None:
                     raise AirflowException(f"{ref['kind']} {ref['namespace']}/{ref['name']} disappeared")
-                self.log.info("%s", status_line(latest))
-                if kinds.state(latest) == "Pending":
-                    for reason in client.pending_reasons(latest):
-                        self.log.warning("pod not scheduled: %s", reason)
+                self._log_status(latest)
                 if self._killed:
                     raise AirflowException(
                         f"the task was killed; the job was handled per on_kill_action ({self.on_kill_action})"
                     )
                 if kinds.is_finished(latest):
                     break
-        finally:
-            stop.set()
-            if follower is not None:
-                follower.join(5)
         try:
             return client.check(latest)
         except JobFailedError as exc:
             self._finish(latest)
             raise AirflowException(str(exc)) from None
+
+    def _log_status(self, job: Obj) -> None:
+        """The job's status line, and why its pending pods are not scheduled."""
+        self.log.info("%s", status_line(job))
+        if kinds.state(job) == "Pending":
+            for reason in self._client.pending_reasons(job):
+                self.log.warning("pod not scheduled: %s", reason)
+
+    @contextlib.contextmanager
+    def _logs_streamed(self, ref: dict[str, str]) -> Iterator[None]:
+        """With ``get_logs``: rank 0's log goes to the task log, from a thread, while inside."""
+        if not self.get_logs:
+            yield
+            return
+        job = self._client.require(ref["kind"], ref["name"], ref["namespace"])
+        stop = threading.Event()
+        follower = threading.Thread(target=self._stream_logs, args=(job, stop), daemon=True)
+        follower.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            follower.join(5)
 
     def _stream_logs(self, job: Obj, stop: threading.Event) -> None:
         try:

@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import copy
 import json
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -345,27 +346,17 @@ class AsyncJobClient:
     ) -> AsyncIterator[Obj]:
         """Yield the job each time it changes (first as it is now); survives dropped watches."""
         spec = kinds.kind_of(kind)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         selector = f"metadata.name={name}"
         version = ""
         last_seen = ""
         while True:
             if not version:
-                listed = await retrying(
-                    lambda: self.custom.list_namespaced_custom_object(
-                        spec.group, spec.version, namespace, spec.plural, field_selector=selector
-                    )
-                )
-                items = listed.get("items") or []
-                if not items:
-                    raise JobNotFoundError(f"{spec.kind} {namespace}/{name} not found")
-                version = listed["metadata"]["resourceVersion"]
-                current = items[0]
-                current.setdefault("kind", spec.kind)
+                version, current = await self._list_one(spec, name, namespace)
                 last_seen = current["metadata"]["resourceVersion"]
                 yield current
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
             stream = watch.Watch()
             try:
@@ -378,7 +369,7 @@ class AsyncJobClient:
                     field_selector=selector,
                     resource_version=version,
                     allow_watch_bookmarks=True,
-                    timeout_seconds=int(min(remaining or 300, 300)) or 1,
+                    timeout_seconds=int(min(remaining, 300)) or 1,
                 ) as events:
                     async for event in events:
                         obj = event["object"]
@@ -389,15 +380,27 @@ class AsyncJobClient:
                             last_seen = version
                             obj.setdefault("kind", spec.kind)
                             yield obj
-            except ApiException as exc:
-                if exc.status == 410:
+            except (ApiException, TimeoutError, aiohttp.ClientError) as exc:  # the watch broke
+                if isinstance(exc, ApiException) and exc.status == 410:
                     version = ""  # too old: list again
                     continue
-                if not _transient(exc):
+                if isinstance(exc, ApiException) and not _transient(exc):
                     raise
                 await asyncio.sleep(1)
-            except (TimeoutError, aiohttp.ClientError):
-                await asyncio.sleep(1)
+
+    async def _list_one(self, spec: kinds.JobKind, name: str, namespace: str) -> tuple[str, Obj]:
+        """The list's resourceVersion (to watch from) and the job as it is now."""
+        listed = await retrying(
+            lambda: self.custom.list_namespaced_custom_object(
+                spec.group, spec.version, namespace, spec.plural, field_selector=f"metadata.name={name}"
+            )
+        )
+        items = listed.get("items") or []
+        if not items:
+            raise JobNotFoundError(f"{spec.kind} {namespace}/{name} not found")
+        current: Obj = items[0]
+        current.setdefault("kind", spec.kind)
+        return listed["metadata"]["resourceVersion"], current
 
     async def wait(
         self,
