@@ -144,12 +144,10 @@ async def claims(core: client.CoreV1Api, namespace: str) -> dict[str, bool]:
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
 async def test_a_delete_on_finish_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi
+    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     job = trainjob(
         "tune", "deletes-output", annotations={"kubetrain.dev/checkpoint-dir": "/workspace/output"}
     )
@@ -167,12 +165,10 @@ async def test_a_delete_on_finish_that_would_delete_the_checkpoints_is_refused_b
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
 async def test_a_ttl_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi
+    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     annotations = {
         "kubetrain.dev/checkpoint-dir": "/workspace/output",
         "kubetrain.dev/ttl-seconds-after-finished": "600",
@@ -197,9 +193,7 @@ async def test_the_delete_after_finishing_is_refused_when_the_reported_checkpoin
     namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False, trains_for="4s")
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     # Nothing declared a checkpoint dir, so nothing could be refused before submitting.
     op = TrainJobOperator(
         task_id="tune",
@@ -236,12 +230,10 @@ async def test_the_delete_after_finishing_is_refused_when_the_reported_checkpoin
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
 async def test_a_retained_output_claim_outlives_the_trainjob_the_task_deletes(
-    namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api
+    namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("keeps-output", output_retained=True)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     job = trainjob(
         "tune",
         "keeps-output",
