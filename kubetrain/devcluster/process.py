@@ -3,11 +3,13 @@
 Each component runs in a session (process group) of its own, so stopping it
 reaches every child, and outlives the ``kubetrain dev up`` command that started
 it. Stopping is by recorded pid, never by name matching: SIGTERM to the group,
-then SIGKILL after a grace period.
+then SIGKILL after a grace period. Our own components (the process node, the
+provisioner) run their main loop with ``run_until_stopped``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -16,8 +18,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubetrain.devcluster.errors import DevClusterError
 
@@ -142,3 +146,19 @@ def _reap(pid: int) -> None:
     """Collect the exit status when ``pid`` is our own child, so it does not linger as a zombie."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+async def run_until_stopped(work: Coroutine[Any, Any, None]) -> None:
+    """A component's main loop: run ``work`` until it ends or SIGTERM or SIGINT arrives, then cancel
+    it. An error of ``work`` propagates."""
+    task = asyncio.create_task(work)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for pending in (task, stopper):
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pending
