@@ -27,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
-from kubetrain.controller import metrics
+from kubetrain.controller import metrics, preflight
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
 from kubetrain.controller.runtimes import registry
@@ -132,6 +132,7 @@ class Manager:
         """Start informers, wait for them to sync, then start the workers."""
         options = self.options
         settings = options.settings()
+        await preflight.warn_about_webhooks(self.kube)
         self.recorder = EventRecorder(self.kube, "kubetrain-controller")
         self.recorder.start()
         indexes = {OWNER_INDEX: controller_owner_uid}
@@ -153,7 +154,7 @@ class Manager:
                 await self._start_trainjobs(settings, pod_groups, common)
                 continue
             framework = registry.by_name(kind)
-            if not await self._installed(framework.resource):
+            if not await preflight.require_our_crd(self.kube, framework.resource):
                 log.warning(
                     "%s is not installed (no CRD %s); not reconciling it", framework.kind, framework.resource
                 )
@@ -196,8 +197,10 @@ class Manager:
         pod_groups: Informer | None,
         common: dict[str, Any],
     ) -> None:
-        if not await self._installed(TRAINJOBS):
-            log.warning("TrainJob is not installed (no CRD %s); not reconciling it", TRAINJOBS)
+        needed = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES)
+        missing = [str(r) for r in needed if not await preflight.require_our_crd(self.kube, r)]
+        if missing:
+            log.warning("TrainJob is not installed (no CRD %s); not reconciling it", ", ".join(missing))
             return
         assert self.recorder is not None
         indexes = {OWNER_INDEX: controller_owner_uid}

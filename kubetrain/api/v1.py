@@ -128,6 +128,10 @@ class ReplicaStatus(ApiModel):
 
 
 class JobStatus(ApiModel):
+    # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
+    # without them would prune them and a job would never reach its backoff limit.
+    bookkeeping: ClassVar[tuple[str, ...]] = ("restartCount", "countedPodRestarts")
+
     conditions: list[JobCondition] | None = None
     replica_statuses: dict[str, ReplicaStatus] | None = None
     start_time: str | None = None

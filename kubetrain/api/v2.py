@@ -317,6 +317,14 @@ class TrainerStatus(ApiModel):
 
 
 class TrainJobStatus(ApiModel):
+    # Where the controller keeps its restart bookkeeping (see v1.JobStatus.bookkeeping).
+    bookkeeping: ClassVar[tuple[str, ...]] = (
+        "restarts",
+        "restartsCountTowardsMax",
+        "jobFailures",
+        "countedPodRestarts",
+    )
+
     conditions: list[Condition] | None = Field(None, max_length=8)
     jobs_status: list[JobStatus] | None = Field(None, max_length=100)
     trainer_status: TrainerStatus | None = None
