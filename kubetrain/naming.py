@@ -39,6 +39,15 @@ JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 TRAINJOB_RUNTIME_SNAPSHOT: Final = "kubetrain.dev/runtime-snapshot-of"
 
+# -- Kubeflow Trainer v2 labels on runtimes and their replicated jobs ---------------------------------
+LABEL_TRAINER_FRAMEWORK: Final = "trainer.kubeflow.org/framework"
+LABEL_TRAINJOB_ANCESTOR: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+# -- managedBy: which controller reconciles a job ------------------------------------------------
+MANAGED_BY_TRAINING_OPERATOR: Final = "kubeflow.org/training-operator"  # upstream v1 jobs
+MANAGED_BY_TRAINER: Final = "trainer.kubeflow.org/trainjob-controller"  # upstream TrainJobs
+MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
+
 
 def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:
     """The name JobSet gives a child Job: ``<trainjob>-<replicated job>-<job index>``."""
@@ -86,7 +95,7 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 # -- the controller -------------------------------------------------------------------------------
-MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"
+MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"  # jobs only kubetrain reconciles
 RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the runtime patches the client writes
 
 # -- the dev cluster's process node --------------------------------------------------------------

@@ -147,7 +147,7 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             counts["succeeded"] += 1
         elif phase == "Failed":
             counts["failed"] += 1
-            code = exit_code(pod, info.framework.default_container)
+            code = exit_code(pod, info.framework.api.default_container)
             if is_retryable(replica.restart_policy, code):
                 result.to_restart.append((rtype, pod))
                 failures += 1  # the pod will be recreated: one more restart
@@ -173,7 +173,7 @@ def rank0_report(info: JobInfo, pods: Iterable[Obj]) -> dict[str, Any] | None:
             and rtype is not None
             and info.framework.is_master_role(info, rtype, identity[1])
         ):
-            report = termination_report(pod, info.framework.default_container) or report
+            report = termination_report(pod, info.framework.api.default_container) or report
     return report
 
 

@@ -42,6 +42,7 @@ import yaml
 
 from kubetrain import naming
 from kubetrain.api import v2
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
 from kubetrain.controller.reconcilers import handlers, jobset
 from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
@@ -69,13 +70,7 @@ from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler, Informer
 from kubetrain.kube.patch import merge_patch
-from kubetrain.kube.resources import (
-    CONFIGMAPS,
-    PODS,
-    SECRETS,
-    SERVICES,
-    TRAINJOBS,
-)
+from kubetrain.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
@@ -87,7 +82,6 @@ CREATED = "Created"  # only while the runtime is missing: upstream TrainJobs hav
 RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 BUILD_ERROR = "BuildError"
 RUNTIME_MISSING_RETRY = 10.0
-UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
 
 
 def snapshot_name(trainjob: str) -> str:
@@ -196,18 +190,18 @@ class TrainJobReconciler:
         self.rejections = Rejections()
         self.departed = DepartedPods()
         managed = set(settings.managed_by)
-        if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
+        if naming.MANAGED_BY_TRAINING_OPERATOR in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
         self.managed_by = frozenset(managed)
 
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Pods: settle the pod expectations, enqueue the owning TrainJob."""
-        return handlers.child_handler(TRAINJOBS, enqueue, self.expectations, self.departed)
+        return handlers.child_handler(TRAINJOB.resource, enqueue, self.expectations, self.departed)
 
     def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Services and runtime snapshots: enqueue the owning TrainJob (their writes are not tracked)."""
-        return handlers.child_handler(TRAINJOBS, enqueue)
+        return handlers.child_handler(TRAINJOB.resource, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
         return handlers.job_handler(enqueue, self.expectations, on_delete=self._forget)
@@ -227,7 +221,7 @@ class TrainJobReconciler:
             namespace = obj["metadata"].get("namespace")
             for job in self.trainjobs.objects():
                 ref = job.get("spec", {}).get("runtimeRef") or {}
-                if ref.get("name") != name or (ref.get("kind") or "ClusterTrainingRuntime") != kind:
+                if ref.get("name") != name or (ref.get("kind") or CLUSTER_TRAINING_RUNTIME.kind) != kind:
                     continue
                 if namespace and job["metadata"]["namespace"] != namespace:
                     continue
@@ -339,7 +333,7 @@ class TrainJobReconciler:
         status["jobFailures"] = obs.job_failures
         status["countedPodRestarts"] = obs.counted
         fenced = fenced_failure(
-            "TrainJob",
+            TRAINJOB.kind,
             info.name,
             [
                 p["metadata"]["name"]
@@ -425,8 +419,8 @@ class TrainJobReconciler:
             return self._snapshot_runtime(ctx.key, snapshot)
         ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
         group = ref.get("apiGroup") or v2.GROUP
-        kind = ref.get("kind") or "ClusterTrainingRuntime"
-        if group != v2.GROUP or kind not in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        kind = ref.get("kind") or CLUSTER_TRAINING_RUNTIME.kind
+        if group != v2.GROUP or kind not in (k.kind for k in RUNTIMES):
             message = f"unsupported runtime: {kind}.{group}"
             if set_condition(
                 ctx.status,
@@ -443,14 +437,14 @@ class TrainJobReconciler:
         name = ref.get("name", "")
         live = (
             self.runtimes.get(f"{meta['namespace']}/{name}")
-            if kind == "TrainingRuntime"
+            if kind == TRAINING_RUNTIME.kind
             else self.cluster_runtimes.get(name)
         )
         if live is None:
-            where = f" in namespace {meta['namespace']}" if kind == "TrainingRuntime" else ""
+            where = f" in namespace {meta['namespace']}" if kind == TRAINING_RUNTIME.kind else ""
             message = (
-                f"{kind} {name!r} not found{where}; create it (kubectl get clustertrainingruntimes lists "
-                "the installed ones) or fix spec.runtimeRef"
+                f"{kind} {name!r} not found{where}; create it (kubectl get {CLUSTER_TRAINING_RUNTIME.plural} "
+                "lists the installed ones) or fix spec.runtimeRef"
             )
             set_condition(
                 ctx.status, CREATED, true=False, reason=RUNTIME_NOT_FOUND, message=message, now=ctx.stamp
@@ -531,7 +525,7 @@ class TrainJobReconciler:
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
             meta = ctx.job["metadata"]
-            if await self.kube.delete(TRAINJOBS, meta["name"], meta["namespace"], uid=meta["uid"]):
+            if await self.kube.delete(TRAINJOB.resource, meta["name"], meta["namespace"], uid=meta["uid"]):
                 metrics.jobs_deleted.labels(meta["namespace"], _framework(info)).inc()
                 self.recorder.event(
                     ctx.job, NORMAL, "SuccessfulDeleteJob", f"Deleted TrainJob {meta['name']} (TTL)"
@@ -687,7 +681,7 @@ class TrainJobReconciler:
         for pod in candidates:
             report = termination_report(pod, NODE) or report
         try:
-            await self.writer.copy_report(TRAINJOBS, self.trainjobs, info.job, report)
+            await self.writer.copy_report(TRAINJOB.resource, self.trainjobs, info.job, report)
         except BaseException:
             self.departed.restore(key, departed)
             raise
@@ -701,7 +695,7 @@ class TrainJobReconciler:
             "status": merge_patch(ctx.original, ctx.status),
         }
         updated = await self.kube.patch(
-            TRAINJOBS, meta["name"], body, namespace=meta["namespace"], subresource="status"
+            TRAINJOB.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
         )
         self.trainjobs.observe_write(updated)
         ctx.job["metadata"] = updated["metadata"]
@@ -712,7 +706,7 @@ class TrainJobReconciler:
 
 def _framework_of(runtime: Obj) -> str:
     labels: dict[str, Any] = (runtime.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(v2.FRAMEWORK_LABEL) or "trainjob")
+    return str(labels.get(naming.LABEL_TRAINER_FRAMEWORK) or "trainjob")
 
 
 def _framework(info: TrainJobInfo | None) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
+from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller import metrics
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers, restarts
@@ -77,7 +78,6 @@ log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"
 COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
-UPSTREAM_MANAGED_BY = "kubeflow.org/training-operator"
 
 
 def rfc3339(moment: dt.datetime) -> str:
@@ -95,7 +95,7 @@ class Settings:
     """How the controller behaves, from its flags."""
 
     managed_by: frozenset[str | None] = frozenset(
-        {None, "", UPSTREAM_MANAGED_BY, naming.MANAGED_BY_KUBETRAIN}
+        {None, "", naming.MANAGED_BY_TRAINING_OPERATOR, naming.MANAGED_BY_KUBETRAIN}
     )
     gang: GangScheduler | None = None
     extra_plugins: Sequence[PodPlugin] = ()
@@ -154,7 +154,7 @@ class V1JobReconciler:
         if settings.gang is not None:
             plugins.append(GangPlugin(settings.gang))
         self.plugins: list[PodPlugin] = [*plugins, *settings.extra_plugins]
-        self.name = framework.kind.lower()
+        self.name = framework.api.kind.lower()
         self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._last_write: dict[str, float] = {}
         self.rejections = Rejections()
@@ -163,12 +163,12 @@ class V1JobReconciler:
     # -- event handlers ------------------------------------------------------------------------------
     def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Pods: settle the pod expectations, enqueue the owning job."""
-        return handlers.child_handler(self.framework.resource, enqueue, self.expectations, self.departed)
+        return handlers.child_handler(self.framework.api.resource, enqueue, self.expectations, self.departed)
 
     def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """Services and pod groups: enqueue the owning job (their creates are not tracked, so their
         events must not settle the pods' expectations)."""
-        return handlers.child_handler(self.framework.resource, enqueue)
+        return handlers.child_handler(self.framework.api.resource, enqueue)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
         return handlers.job_handler(enqueue, self.expectations, on_delete=self._forget)
@@ -231,8 +231,8 @@ class V1JobReconciler:
             await self._write_status(ctx)
             return Result()
         if cond.is_true(status, cond.SUSPENDED):
-            message = f"{self.framework.kind} {info.name} is resumed."
-            reason = f"{self.framework.kind}Resumed"
+            message = f"{self.framework.api.kind} {info.name} is resumed."
+            reason = f"{self.framework.api.kind}Resumed"
             cond.set_condition(
                 status, cond.SUSPENDED, reason=reason, message=message, now=ctx.stamp, true=False
             )
@@ -243,7 +243,7 @@ class V1JobReconciler:
     async def _rejected(self, ctx: _Pass, key: str, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the job, or say why while trying again."""
         if self.rejections.fails_job(key, rejected):
-            kind, name = self.framework.kind, ctx.info.name
+            kind, name = self.framework.api.kind, ctx.info.name
             await self._finish(
                 ctx, succeeded=False, reason=rejected.reason, message=f"{kind} {name} has failed: {rejected}"
             )
@@ -255,7 +255,7 @@ class V1JobReconciler:
         raise RetryLaterError(str(rejected))
 
     async def _run(self, ctx: _Pass) -> Result:
-        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        kind, info, status = self.framework.api.kind, ctx.info, ctx.status
         obs = observe(info, ctx.pods)
         await self._copy_report(ctx, obs.report)
         new_restarts = self._count_restarts(status, obs)
@@ -287,7 +287,9 @@ class V1JobReconciler:
             cond.set_condition(
                 status, cond.RESTARTING, reason=f"{kind}Restarting", message=message, now=ctx.stamp
             )
-            metrics.jobs_restarted.labels(info.namespace, self.framework.framework_label).inc(new_restarts)
+            metrics.jobs_restarted.labels(info.namespace, self.framework.api.framework_label).inc(
+                new_restarts
+            )
             self.recorder.event(info.job, WARNING, f"{kind}Restarting", message)
         elif self.framework.running(info, obs.counts):
             message = f"{kind} {info.name} is running."
@@ -330,14 +332,14 @@ class V1JobReconciler:
         info, status = ctx.info, ctx.status
         if cond.find(status, cond.CREATED) is not None:
             return
-        kind = self.framework.kind
+        kind = self.framework.api.kind
         message = f"{kind} {info.name} is created."
         warning = lopsided_gpu_warning(info)
         if warning:
             message += f" Warning: {warning}."
             self.recorder.event(info.job, WARNING, "LopsidedGPURequests", warning)
         cond.set_condition(status, cond.CREATED, reason=f"{kind}Created", message=message, now=ctx.stamp)
-        metrics.jobs_created.labels(info.namespace, self.framework.framework_label).inc()
+        metrics.jobs_created.labels(info.namespace, self.framework.api.framework_label).inc()
         self.recorder.event(info.job, NORMAL, f"{kind}Created", message)
 
     def _count_restarts(self, status: dict[str, Any], obs: Observation) -> int:
@@ -374,7 +376,7 @@ class V1JobReconciler:
         return result
 
     def _limit_exceeded(self, ctx: _Pass) -> tuple[str, str] | None:
-        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        kind, info, status = self.framework.api.kind, ctx.info, ctx.status
         limit = info.run_policy.get("backoffLimit")
         restarts = int(status.get("restartCount") or 0)
         if limit is not None and restarts > int(limit):
@@ -409,8 +411,8 @@ class V1JobReconciler:
         )
         policy = info.replicas[rtype].restart_policy
         return (
-            f"{self.framework.kind}Failed",
-            f"{self.framework.kind} {info.name} has failed because {count} "
+            f"{self.framework.api.kind}Failed",
+            f"{self.framework.api.kind} {info.name} has failed because {count} "
             f"{rtype} replica(s) failed: {detail} (restartPolicy {policy})",
         )
 
@@ -441,7 +443,7 @@ class V1JobReconciler:
         status.setdefault("completionTime", ctx.stamp)
         await self._write_status(ctx)
         counter = metrics.jobs_successful if succeeded else metrics.jobs_failed
-        counter.labels(info.namespace, self.framework.framework_label).inc()
+        counter.labels(info.namespace, self.framework.api.framework_label).inc()
         self.recorder.event(info.job, NORMAL if succeeded else WARNING, reason, message)
         log.info("job %s/%s %s: %s", info.namespace, info.name, ctype.lower(), message)
         await self._cleanup(ctx, finished=True)
@@ -463,14 +465,14 @@ class V1JobReconciler:
         departed = self.departed.take(key)
         try:
             await self.writer.copy_report(
-                self.framework.resource, self.jobs, info.job, report or rank0_report(info, departed)
+                self.framework.api.resource, self.jobs, info.job, report or rank0_report(info, departed)
             )
         except BaseException:
             self.departed.restore(key, departed)
             raise
 
     async def _suspend(self, ctx: _Pass) -> None:
-        kind, info, status = self.framework.kind, ctx.info, ctx.status
+        kind, info, status = self.framework.api.kind, ctx.info, ctx.status
         await self._cleanup(ctx, finished=False)
         await self._sync_hpa(info, suspended=True)
         for entry in (status.get("replicaStatuses") or {}).values():
@@ -522,8 +524,8 @@ class V1JobReconciler:
         return Result(requeue_after=max(0.0, (started - ctx.now).total_seconds() + int(deadline)))
 
     async def _delete_job(self, info: JobInfo) -> None:
-        if await self.kube.delete(self.framework.resource, info.name, info.namespace, uid=info.uid):
-            metrics.jobs_deleted.labels(info.namespace, self.framework.framework_label).inc()
+        if await self.kube.delete(self.framework.api.resource, info.name, info.namespace, uid=info.uid):
+            metrics.jobs_deleted.labels(info.namespace, self.framework.api.framework_label).inc()
             self.recorder.event(info.job, NORMAL, "SuccessfulDeleteJob", f"Deleted job: {info.name} (TTL)")
             log.info("job %s/%s deleted: ttlSecondsAfterFinished passed", info.namespace, info.name)
 
@@ -553,7 +555,7 @@ class V1JobReconciler:
             "status": merge_patch(ctx.original, status),
         }
         updated = await self.kube.patch(
-            self.framework.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
+            self.framework.api.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
         )
         self.jobs.observe_write(updated)
         ctx.info.job["metadata"] = updated["metadata"]
@@ -608,7 +610,7 @@ class V1JobReconciler:
 
     async def _sync_hpa(self, info: JobInfo, *, suspended: bool) -> None:
         elastic = info.spec.get("elasticPolicy") or {}
-        if self.framework.kind != "PyTorchJob" or not elastic.get("metrics"):
+        if self.framework.api is not PYTORCHJOB or not elastic.get("metrics"):
             return
         current = await self.kube.get(HPAS, info.name, info.namespace)
         if current is not None:

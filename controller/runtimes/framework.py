@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kubetrain import naming
-from kubetrain.kube.resources import Resource
+from kubetrain.api.kinds import V1Kind
 
 Obj = dict[str, Any]
 EnvVar = dict[str, Any]
@@ -101,7 +101,7 @@ class JobInfo(JobIdentity):
         """The container named after the framework (``pytorch``...), else the first one."""
         containers: list[Obj] = template.get("spec", {}).get("containers") or []
         for container in containers:
-            if container.get("name") == self.framework.default_container:
+            if container.get("name") == self.framework.api.default_container:
                 return container
         return containers[0] if containers else None
 
@@ -109,10 +109,11 @@ class JobInfo(JobIdentity):
         """A private copy of ``rtype``'s template with upstream's default: the framework's port on its container."""
         template = copy.deepcopy(self.replicas[rtype].template)
         container = self.default_container(template)
+        api = self.framework.api
         if container is not None:
             ports = container.setdefault("ports", [])
-            if not any(p.get("name") == self.framework.port_name for p in ports):
-                ports.append({"name": self.framework.port_name, "containerPort": self.framework.default_port})
+            if not any(p.get("name") == api.port_name for p in ports):
+                ports.append({"name": api.port_name, "containerPort": api.default_port})
         return template
 
     def port(self, rtype: str, name: str | None = None, default: int | None = None) -> int | None:
@@ -121,12 +122,13 @@ class JobInfo(JobIdentity):
         if replica is None:
             return default
         container = self.default_container(replica.template)
-        wanted = name or self.framework.port_name
+        api = self.framework.api
+        wanted = name or api.port_name
         for port in (container or {}).get("ports") or []:
             if port.get("name") == wanted:
                 return int(port["containerPort"])
-        if wanted == self.framework.port_name and container is not None:
-            return self.framework.default_port
+        if wanted == api.port_name and container is not None:
+            return api.default_port
         return default
 
 
@@ -153,18 +155,10 @@ def any_active(counts: dict[str, ReplicaCounts], rtype: str) -> bool:
 
 
 class Framework(Protocol):
-    """Everything that differs between the v1 kinds."""
+    """Everything that differs between the v1 kinds: the kind's facts (``api``, from the registry) and
+    the rules upstream's controller for that kind follows."""
 
-    kind: str
-    resource: Resource
-    framework_label: str  # the ``framework`` label of the upstream metrics
-    controller_name: str  # the ``training.kubeflow.org/operator-name`` label value
-    replica_field: str
-    replica_types: tuple[str, ...]
-    default_container: str
-    port_name: str
-    default_port: int
-    default_restart_policy: str
+    api: V1Kind
 
     def apply_defaults(self, info: JobInfo) -> None:
         """Kind-specific defaults applied in memory (never written back to the spec)."""
@@ -232,8 +226,9 @@ class SharedPodPlugin(Protocol):
 
 def job_info(job: Obj, framework: Framework) -> JobInfo:
     """Read a job's replica specs into a ``JobInfo`` with upstream's defaults, in the framework's order."""
-    raw: Obj = (job.get("spec") or {}).get(framework.replica_field) or {}
-    canonical = {t.lower(): t for t in framework.replica_types}
+    api = framework.api
+    raw: Obj = (job.get("spec") or {}).get(api.replica_field) or {}
+    canonical = {t.lower(): t for t in api.replica_types}
     replicas: dict[str, Replica] = {}
     for key, spec in raw.items():
         rtype = canonical.get(key.lower(), key)
@@ -241,10 +236,10 @@ def job_info(job: Obj, framework: Framework) -> JobInfo:
         replicas[rtype] = Replica(
             rtype=rtype,
             replicas=1 if count is None else int(count),
-            restart_policy=spec.get("restartPolicy") or framework.default_restart_policy,
+            restart_policy=spec.get("restartPolicy") or api.default_restart_policy,
             template=spec.get("template") or {},
         )
-    order = {t: i for i, t in enumerate(framework.replica_types)}
+    order = {t: i for i, t in enumerate(api.replica_types)}
     ordered = dict(sorted(replicas.items(), key=lambda item: order.get(item[0], len(order))))
     info = JobInfo(job=job, framework=framework, replicas=ordered)
     framework.apply_defaults(info)
@@ -257,7 +252,7 @@ def env_value(name: str, value: str | int) -> EnvVar:
 
 def replica_labels(info: JobInfo, rtype: str, index: int | None = None) -> dict[str, str]:
     labels = {
-        naming.LABEL_OPERATOR_NAME: info.framework.controller_name,
+        naming.LABEL_OPERATOR_NAME: info.framework.api.controller_name,
         naming.LABEL_JOB_NAME: info.name.replace("/", "-"),
         naming.LABEL_REPLICA_TYPE: rtype.lower(),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller.runtimes.framework import JobInfo, Obj
 
 
@@ -19,7 +20,7 @@ class MasterWaitPlugin:
     name: str = "master-wait"
 
     def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
-        if info.framework.kind != "PyTorchJob" or rtype != "Worker" or "Master" not in info.replicas:
+        if info.framework.api is not PYTORCHJOB or rtype != "Worker" or "Master" not in info.replicas:
             return
         master = f"{info.name}-master-0"
         script = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import JAXJOB, V1Kind
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -14,21 +15,11 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
-from kubetrain.kube.resources import JAXJOBS, Resource
 
 
 @dataclass
 class Jax:
-    kind: str = "JAXJob"
-    resource: Resource = JAXJOBS
-    framework_label: str = "jax"
-    controller_name: str = "jaxjob-controller"
-    replica_field: str = "jaxReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Worker",)
-    default_container: str = "jax"
-    port_name: str = "jaxjob-port"
-    default_port: int = 6666
-    default_restart_policy: str = "Never"
+    api: V1Kind = JAXJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         return None
@@ -36,7 +27,7 @@ class Jax:
     def env(self, info: JobInfo, rtype: str, index: int) -> list[EnvVar]:
         port = info.port("Worker")
         if port is None:
-            raise ValueError(f"the Worker's jax container has no port named {self.port_name}")
+            raise ValueError(f"the Worker's jax container has no port named {self.api.port_name}")
         return [
             env_value("PYTHONUNBUFFERED", "1"),
             env_value("COORDINATOR_PORT", port),

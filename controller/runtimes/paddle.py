@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import PADDLEJOB, V1Kind
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -14,21 +15,11 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
-from kubetrain.kube.resources import PADDLEJOBS, Resource
 
 
 @dataclass
 class Paddle:
-    kind: str = "PaddleJob"
-    resource: Resource = PADDLEJOBS
-    framework_label: str = "paddle"
-    controller_name: str = "paddlejob-controller"
-    replica_field: str = "paddleReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Master", "Worker")
-    default_container: str = "paddle"
-    port_name: str = "master"
-    default_port: int = 36543
-    default_restart_policy: str = "OnFailure"
+    api: V1Kind = PADDLEJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         return None
@@ -40,7 +31,7 @@ class Paddle:
             env_value("PADDLE_NNODES", info.total_replicas),
         ]
         leader = "Master" if "Master" in info.replicas else "Worker"
-        port = info.port(leader, default=self.default_port)
+        port = info.port(leader, default=self.api.default_port)
         if rtype == leader and index == 0:
             env += [
                 {"name": "POD_IP_DUMMY", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},

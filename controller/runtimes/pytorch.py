@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import PYTORCHJOB, V1Kind
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -19,21 +20,11 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
-from kubetrain.kube.resources import PYTORCHJOBS, Resource
 
 
 @dataclass
 class PyTorch:
-    kind: str = "PyTorchJob"
-    resource: Resource = PYTORCHJOBS
-    framework_label: str = "pytorch"
-    controller_name: str = "pytorchjob-controller"
-    replica_field: str = "pytorchReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Master", "Worker")
-    default_container: str = "pytorch"
-    port_name: str = "pytorchjob-port"
-    default_port: int = 23456
-    default_restart_policy: str = "OnFailure"
+    api: V1Kind = PYTORCHJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         elastic = info.spec.get("elasticPolicy")
@@ -56,7 +47,7 @@ class PyTorch:
         if "Master" in info.replicas:
             port = info.port("Master")
             if port is None:
-                raise ValueError(f"the Master's pytorch container has no port named {self.port_name}")
+                raise ValueError(f"the Master's pytorch container has no port named {self.api.port_name}")
             rank = index if rtype == "Master" else index + info.replicas["Master"].replicas
             nproc_int = int(nproc) if isinstance(nproc, str) and nproc.isdigit() else 1
             master = f"{info.name}-master-0"
@@ -80,7 +71,7 @@ class PyTorch:
 
     def _elastic_env(self, info: JobInfo, elastic: Obj) -> list[EnvVar]:
         host = elastic.get("rdzvHost") or f"{info.name}-worker-0"
-        port = elastic.get("rdzvPort") or info.port("Worker") or self.default_port
+        port = elastic.get("rdzvPort") or info.port("Worker") or self.api.default_port
         env = [
             env_value("PET_RDZV_ENDPOINT", f"{host}:{port}"),
             env_value("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kubetrain.api import kinds
 from kubetrain.controller.runtimes.framework import Framework
 from kubetrain.controller.runtimes.jax import Jax
 from kubetrain.controller.runtimes.paddle import Paddle
@@ -10,15 +11,10 @@ from kubetrain.controller.runtimes.tensorflow import TensorFlow
 from kubetrain.controller.runtimes.xgboost import XGBoost
 
 FRAMEWORKS: dict[str, Framework] = {
-    f.kind.lower(): f for f in (PyTorch(), TensorFlow(), XGBoost(), Paddle(), Jax())
+    f.api.singular: f for f in (PyTorch(), TensorFlow(), XGBoost(), Paddle(), Jax())
 }
 
 
 def by_name(name: str) -> Framework:
-    """Look up a framework by kind name, case-insensitively (``pytorchjob``, ``TFJob``...)."""
-    try:
-        return FRAMEWORKS[name.lower()]
-    except KeyError:
-        raise ValueError(
-            f"unknown job kind {name!r}; choose from {', '.join(f.kind for f in FRAMEWORKS.values())}"
-        ) from None
+    """Look up a framework by any name of its kind, case-insensitively (``pytorchjob``, ``TFJob``, ``ptj``...)."""
+    return FRAMEWORKS[kinds.v1_kind(name).singular]

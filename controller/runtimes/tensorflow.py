@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import TFJOB, V1Kind
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -16,23 +17,13 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
-from kubetrain.kube.resources import TFJOBS, Resource
 
 CLUSTER_DOMAIN_ENV = "CUSTOM_CLUSTER_DOMAIN"
 
 
 @dataclass
 class TensorFlow:
-    kind: str = "TFJob"
-    resource: Resource = TFJOBS
-    framework_label: str = "tensorflow"
-    controller_name: str = "tfjob-controller"
-    replica_field: str = "tfReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Chief", "Evaluator", "Master", "PS", "Worker")
-    default_container: str = "tensorflow"
-    port_name: str = "tfjob-port"
-    default_port: int = 2222
-    default_restart_policy: str = "Never"
+    api: V1Kind = TFJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         info.spec.setdefault("successPolicy", "")
@@ -40,7 +31,7 @@ class TensorFlow:
     def _address(self, info: JobInfo, rtype: str, index: int) -> str:
         domain = os.environ.get(CLUSTER_DOMAIN_ENV, "")
         suffix = f".{domain}" if domain else ""
-        port = info.port(rtype, default=self.default_port)
+        port = info.port(rtype, default=self.api.default_port)
         return f"{info.name}-{rtype.lower()}-{index}.{info.namespace}.svc{suffix}:{port}"
 
     def env(self, info: JobInfo, rtype: str, index: int) -> list[EnvVar]:
@@ -69,7 +60,7 @@ class TensorFlow:
 
     def env_containers(self, info: JobInfo, pod: Obj) -> list[Obj]:
         for container in pod["spec"].get("containers") or []:
-            if container.get("name") == self.default_container:
+            if container.get("name") == self.api.default_container:
                 return [container]
         return []
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from kubetrain import naming
 from kubetrain.api import v2
+from kubetrain.api.kinds import TRAINJOB
 from kubetrain.controller.runtimes.framework import JobIdentity, Obj, Replica
 from kubetrain.kube.resources import PVCS, Resource
 from kubetrain.kube.strategic import merge, upsert_env
@@ -32,7 +33,7 @@ from kubetrain.kube.strategic import merge, upsert_env
 TRAINER = "trainer"
 DATASET_INITIALIZER = "dataset-initializer"
 MODEL_INITIALIZER = "model-initializer"
-NODE = "node"
+NODE = TRAINJOB.default_container  # the trainer's replicated job and container
 DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job's default
 DEFAULT_RESTART_POLICY = "OnFailure"  # JobSet's default for its Jobs' pods
 
@@ -212,7 +213,9 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
         job_template = rjob.get("template") or {}
         job_spec = dict(job_template.get("spec") or {})
         pod_template = copy.deepcopy(job_spec.pop("template", None) or {})
-        ancestor = ((job_template.get("metadata") or {}).get("labels") or {}).get(v2.ANCESTOR_LABEL)
+        ancestor = ((job_template.get("metadata") or {}).get("labels") or {}).get(
+            naming.LABEL_TRAINJOB_ANCESTOR
+        )
         count = int(job_spec.get("parallelism") or 1)
         if ancestor == TRAINER:
             if ml_policy is not None:
@@ -323,7 +326,7 @@ def _apply_initializers(info: TrainJobInfo) -> None:
         if container is None:
             raise BuildError(
                 f"spec.initializer.{key} is set but {_runtime_name(info.runtime)} has no {step} step "
-                f"(a replicated job labelled {v2.ANCESTOR_LABEL}={step} with a container named {step})"
+                f"(a replicated job labelled {naming.LABEL_TRAINJOB_ANCESTOR}={step} with a container named {step})"
             )
         env = list(settings.get("env") or [])
         if settings.get("storageUri"):
@@ -342,7 +345,7 @@ def _apply_trainer(info: TrainJobInfo) -> None:
     if container is None:
         raise BuildError(
             f"spec.trainer is set but {_runtime_name(info.runtime)} has no trainer step (a replicated job "
-            f"labelled {v2.ANCESTOR_LABEL}=trainer, or named node, with a container named node)"
+            f"labelled {naming.LABEL_TRAINJOB_ANCESTOR}=trainer, or named node, with a container named node)"
         )
     targets = [container]
     mpi = info.ml_policy.get("mpi") or {}

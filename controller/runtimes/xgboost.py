@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetrain.api.kinds import XGBOOSTJOB, V1Kind
 from kubetrain.controller.runtimes.framework import (
     EnvVar,
     JobInfo,
@@ -14,21 +15,11 @@ from kubetrain.controller.runtimes.framework import (
     any_active,
     env_value,
 )
-from kubetrain.kube.resources import XGBOOSTJOBS, Resource
 
 
 @dataclass
 class XGBoost:
-    kind: str = "XGBoostJob"
-    resource: Resource = XGBOOSTJOBS
-    framework_label: str = "xgboost"
-    controller_name: str = "xgboostjob-controller"
-    replica_field: str = "xgbReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Master", "Worker")
-    default_container: str = "xgboost"
-    port_name: str = "xgboostjob-port"
-    default_port: int = 9999
-    default_restart_policy: str = "Never"
+    api: V1Kind = XGBOOSTJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         return None
@@ -36,7 +27,7 @@ class XGBoost:
     def env(self, info: JobInfo, rtype: str, index: int) -> list[EnvVar]:
         port = info.port("Master")
         if port is None:
-            raise ValueError(f"the Master's xgboost container has no port named {self.port_name}")
+            raise ValueError(f"the Master's xgboost container has no port named {self.api.port_name}")
         masters = info.replicas["Master"].replicas if "Master" in info.replicas else 0
         total = info.total_replicas
         env = [
@@ -48,7 +39,9 @@ class XGBoost:
         ]
         if total > 1:
             env.append(
-                env_value("WORKER_PORT", info.port("Worker", default=self.default_port) or self.default_port)
+                env_value(
+                    "WORKER_PORT", info.port("Worker", default=self.api.default_port) or self.api.default_port
+                )
             )
             env.append(
                 env_value("WORKER_ADDRS", ",".join(f"{info.name}-worker-{i}" for i in range(total - 1)))

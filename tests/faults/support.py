@@ -265,12 +265,14 @@ def v1job(
             "restartPolicy": restart_policy,
             "template": {
                 "metadata": {"annotations": dict(annotations)},
-                "spec": {"containers": [{"name": framework.default_container, "image": "example.com/t:1"}]},
+                "spec": {
+                    "containers": [{"name": framework.api.default_container, "image": "example.com/t:1"}]
+                },
             },
         }
         for rtype, (count, annotations) in replicas.items()
     }
-    spec: dict[str, Any] = {framework.replica_field: specs}
+    spec: dict[str, Any] = {framework.api.replica_field: specs}
     if run_policy:
         spec["runPolicy"] = run_policy
     return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
