@@ -30,8 +30,9 @@ from kubetrain import naming
 from kubetrain.api import kinds as api_kinds
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
+from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
-from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, V1JobReconciler
+from kubetrain.controller.reconcilers.v1job import V1JobReconciler
 from kubetrain.controller.runtimes import registry
 from kubetrain.controller.runtimes.framework import PodPlugin
 from kubetrain.controller.runtimes.gang import GangScheduler
