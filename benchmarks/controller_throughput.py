@@ -32,11 +32,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kubetrain.api.kinds import PYTORCHJOB
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers.children import build_pod, build_service
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import job_info
-from kubetrain.controller.runtimes.gpu import GpuPlugin
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.kube.client import KubeClient
@@ -136,7 +136,7 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
     clock = PodClock(kube, namespace, workers + 1)
     clock.informer.start()
     await clock.informer.wait_synced()
-    framework = registry.by_name("PyTorchJob")
+    framework = frameworks.by_name("PyTorchJob")
     plugins = [CheckpointPlugin(), GpuPlugin()]  # what the controller applies, so the pods are the same
     objects = []
     for j in range(jobs):

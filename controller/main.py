@@ -28,15 +28,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
 from kubetrain.api import kinds as api_kinds
-from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
-from kubetrain.controller import metrics
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.controller import frameworks, metrics
+from kubetrain.controller.plugins.gang import gang_scheduler
+from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.framework import PodPlugin
-from kubetrain.controller.runtimes.gang import GangScheduler
-from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
+from kubetrain.controller.state import PodPlugin
 from kubetrain.kube import leader
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import EventRecorder
@@ -85,13 +84,12 @@ class Options:
         managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
         if self.managed_by == "compatible":
             managed |= {None, "", naming.MANAGED_BY_TRAINING_OPERATOR}
-        plugins: list[PodPlugin] = []
+        plugins: dict[str, tuple[PodPlugin, ...]] = {}
         if self.pytorch_init_container:
-            plugins.append(
-                MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
-            )
-        gang = GangScheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
-        return Settings(managed_by=managed, gang=gang, extra_plugins=tuple(plugins))
+            wait = MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
+            plugins[PYTORCHJOB.kind] = (wait,)
+        gang = gang_scheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
+        return Settings(managed_by=managed, gang=gang, extra_plugins=plugins)
 
     def leader_timings(self) -> leader.Timings:
         """The leader-election timings (raises ValueError unless retry < renew deadline < lease)."""
@@ -134,7 +132,7 @@ class Manager:
         self.informers += [pods, services]
         pod_groups = None
         if settings.gang is not None:
-            if not await self._installed(settings.gang.resource) and not settings.gang.native:
+            if not await self._installed(settings.gang.resource) and not settings.gang.builtin:
                 raise SystemExit(
                     f"--gang-scheduler-name={options.gang_scheduler_name} needs the "
                     f"{settings.gang.resource} CRD; install the scheduler first"
@@ -145,7 +143,7 @@ class Manager:
             if kind == TRAINJOB.kind:
                 await self._start_trainjobs(settings, pod_groups, common)
                 continue
-            framework = registry.by_name(kind)
+            framework = frameworks.by_name(kind)
             resource = framework.api.resource
             if not await self._installed(resource):
                 log.warning("%s is not installed (no CRD %s); not reconciling it", kind, resource)
@@ -203,7 +201,7 @@ class Manager:
         services = Informer(self.kube, SERVICES, label_selector=TRAINJOB_CHILD_SELECTOR, **common)
         reconciler = TrainJobReconciler(
             kube=self.kube,
-            trainjobs=trainjobs,
+            jobs=trainjobs,
             runtimes=runtimes,
             cluster_runtimes=cluster_runtimes,
             snapshots=snapshots,

@@ -45,7 +45,7 @@ from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, v1_k
 from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
-from kubetrain.controller.runtimes import trainjob as trainjob_runtime
+from kubetrain.controller.trainer import build as trainjob_runtime
 from kubetrain.kube.resources import PVCS
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.checkpoint import EXIT_FENCED
+from kubetrain.controller.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
 from kubetrain.controller.reconcilers.children import replica_of
-from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodsByReplica, ReplicaCounts
+from kubetrain.controller.state import Obj
 
 FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off
 NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)

@@ -17,18 +17,18 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from kubetrain import naming
 from kubetrain.controller import metrics
+from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
 from kubetrain.controller.reconcilers.writes import ChildWriter, Rejections
-from kubetrain.controller.runtimes.framework import Obj, PodPlugin
-from kubetrain.controller.runtimes.gang import GangScheduler
+from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, EventRecorder
 from kubetrain.kube.expectations import Expectations
@@ -40,6 +40,10 @@ from kubetrain.kube.runner import Result
 log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"  # the informer index of children by their controller's uid
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def rfc3339(moment: dt.datetime) -> str:
@@ -68,16 +72,15 @@ class Settings:
         {None, "", naming.MANAGED_BY_TRAINING_OPERATOR, naming.MANAGED_BY_KUBETRAIN}
     )
     gang: GangScheduler | None = None
-    extra_plugins: Sequence[PodPlugin] = ()
+    extra_plugins: Mapping[str, Sequence[PodPlugin]] = field(default_factory=dict)  # by kind
     create_concurrency: int = 64
 
 
 @dataclass
-class Pass:
+class Pass(JobIdentity):
     """One reconcile of one job: a private copy of the job, its status as being edited, and the status
     last written (the baseline the next write is a patch against)."""
 
-    job: Obj
     status: Obj
     original: Obj
     now: dt.datetime
@@ -87,16 +90,21 @@ class Pass:
         return rfc3339(self.now)
 
     @property
-    def name(self) -> str:
-        return str(self.job["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.job["metadata"]["namespace"])
-
-    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class Shared(TypedDict):
+    """What every kind's reconciler is made with (``clock`` for tests)."""
+
+    kube: KubeClient
+    jobs: Informer
+    pods: Informer
+    services: Informer
+    expectations: Expectations
+    recorder: EventRecorder
+    settings: Settings
+    clock: NotRequired[Callable[[], dt.datetime]]
 
 
 class JobReconciler:
@@ -106,27 +114,18 @@ class JobReconciler:
     name: str
     conditions: cond.Conditions
 
-    def __init__(
-        self,
-        *,
-        kube: KubeClient,
-        jobs: Informer,
-        pods: Informer,
-        services: Informer,
-        expectations: Expectations,
-        recorder: EventRecorder,
-        settings: Settings,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-    ) -> None:
-        self.kube = kube
-        self.jobs = jobs
-        self.pods = pods
-        self.services = services
-        self.expectations = expectations
-        self.recorder = recorder
-        self.settings = settings
-        self.clock = clock
-        self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
+    def __init__(self, **shared: Unpack[Shared]) -> None:
+        self.kube = shared["kube"]
+        self.jobs = shared["jobs"]
+        self.pods = shared["pods"]
+        self.services = shared["services"]
+        self.expectations = shared["expectations"]
+        self.recorder = shared["recorder"]
+        self.settings = shared["settings"]
+        self.clock = shared.get("clock", _now)
+        self.writer = ChildWriter(
+            self.kube, self.expectations, self.recorder, self.settings.create_concurrency
+        )
         self.rejections = Rejections()
         self.departed = DepartedPods()
 
@@ -165,12 +164,6 @@ class JobReconciler:
         if not self.expectations.satisfied(key):
             return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
         return await self.reconcile_job(key, cached)
-
-    def start(self, job: Obj, status: Obj | None = None) -> Pass:
-        """A pass over ``job`` with its own copy of the metadata and of the status to edit."""
-        own = {**job, "metadata": copy.deepcopy(job["metadata"])}
-        edited = copy.deepcopy(job.get("status") or {}) if status is None else status
-        return Pass(own, edited, copy.deepcopy(job.get("status") or {}), self.clock())
 
     # -- writes ----------------------------------------------------------------------------------------
     async def write_status(self, ctx: Pass) -> None:

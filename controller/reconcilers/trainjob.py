@@ -12,7 +12,7 @@ between three reconcile loops. One pass, level-triggered, reading caches:
    it exists (so editing or deleting a runtime never changes a running job),
    else the live runtime, which is then snapshotted; a runtime that does not
    exist yet is waited for, with a ``Created=False`` condition saying so;
-4. build the pod sets (``runtimes.trainjob``) and let the ML policy wire them;
+4. build the pod sets (``trainer.build``) and let the ML policy wire them;
    a TrainJob that cannot be built (``BuildError``) fails with that message;
 5. suspended: delete the pods; resumed: restart the deadline clock;
 6. past ``spec.activeDeadlineSeconds``: Failed, reason ``DeadlineExceeded``;
@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import yaml
 
@@ -44,6 +43,9 @@ from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gang import Coscheduling, GangPlugin, GangScheduler, Volcano
+from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.reconcilers.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
@@ -52,7 +54,7 @@ from kubetrain.controller.reconcilers.skeleton import (
     OWNER_INDEX,
     JobReconciler,
     Pass,
-    Settings,
+    Shared,
     parse_time,
     seconds_left,
 )
@@ -64,15 +66,11 @@ from kubetrain.controller.reconcilers.writes import (
     raise_first_failure,
     require_ours,
 )
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
-from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
-from kubetrain.controller.runtimes.gpu import GpuPlugin
-from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build, retained_claim_of
+from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
+from kubetrain.controller.trainer.build import build, retained_claim_of
+from kubetrain.controller.trainer.state import NODE, BuildError, TrainJobInfo
 from kubetrain.kube import errors
-from kubetrain.kube.client import KubeClient
-from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
-from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer
 from kubetrain.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
@@ -101,35 +99,14 @@ class TrainJobReconciler(JobReconciler):
     conditions = CONDITIONS
 
     def __init__(
-        self,
-        *,
-        kube: KubeClient,
-        trainjobs: Informer,
-        runtimes: Informer,
-        cluster_runtimes: Informer,
-        snapshots: Informer,
-        pods: Informer,
-        services: Informer,
-        expectations: Expectations,
-        recorder: EventRecorder,
-        settings: Settings,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        self, *, runtimes: Informer, cluster_runtimes: Informer, snapshots: Informer, **shared: Unpack[Shared]
     ) -> None:
-        super().__init__(
-            kube=kube,
-            jobs=trainjobs,
-            pods=pods,
-            services=services,
-            expectations=expectations,
-            recorder=recorder,
-            settings=settings,
-            clock=clock,
-        )
+        super().__init__(**shared)
         self.runtimes = runtimes
         self.cluster_runtimes = cluster_runtimes
         self.snapshots = snapshots
         self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
-        managed = set(settings.managed_by)
+        managed = set(self.settings.managed_by)
         if naming.MANAGED_BY_TRAINING_OPERATOR in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
         self.managed_by = frozenset(managed)
@@ -519,18 +496,18 @@ class TrainJobReconciler(JobReconciler):
         native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
         policy = info.gang_policy
         if policy == "volcano":
-            return GangScheduler("volcano")
+            return Volcano()
         if policy == "coscheduling":
-            if self.settings.gang is not None and self.settings.gang.native:
+            if self.settings.gang is not None and self.settings.gang.builtin:
                 return self.settings.gang
             trainer = info.trainer() or info.pod_sets[0]
-            return GangScheduler(
+            return Coscheduling(
                 str(trainer.template.get("spec", {}).get("schedulerName") or "scheduler-plugins-scheduler")
             )
         return None
 
-    def _plugins(self, gang: GangScheduler | None) -> list[SharedPodPlugin]:
-        plugins: list[SharedPodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+    def _plugins(self, gang: GangScheduler | None) -> list[PodPlugin]:
+        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         if gang is not None:
             plugins.append(GangPlugin(gang))
         return plugins

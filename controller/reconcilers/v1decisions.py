@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kubetrain import naming
-from kubetrain.api.kinds import PYTORCHJOB
+from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, replica_labels
+from kubetrain.controller.plugins.gang import GangScheduler
+from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
@@ -52,16 +54,7 @@ from kubetrain.controller.reconcilers.observe import (
     rank0_report,
 )
 from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339, seconds_left
-from kubetrain.controller.runtimes.framework import (
-    Framework,
-    JobInfo,
-    Obj,
-    PodPlugin,
-    job_info,
-    replica_labels,
-)
-from kubetrain.controller.runtimes.gang import GangScheduler
-from kubetrain.controller.runtimes.gpu import lopsided_gpu_warning
+from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube.events import NORMAL, WARNING
 
 CONDITIONS = cond.V1
@@ -232,7 +225,7 @@ def _suspended(d: Decision, setup: Setup) -> Decision:
     d.phase = Phase.SUSPENDED
     d.copies_report = False
     _cleanup(d, setup, finished=False)
-    d.delete_autoscaler = autoscaler(d.info) is not None
+    d.delete_autoscaler = d.info.framework.autoscaler(d.info) is not None
     kind, status = d.info.framework.api.kind, d.status
     for entry in (status.get("replicaStatuses") or {}).values():
         entry.pop("active", None)
@@ -294,7 +287,7 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
     _plan(d, obs, setup)
     if setup.gang is not None:
         d.pod_group = setup.gang.pod_group(info)
-    d.autoscaler = autoscaler(info)
+    d.autoscaler = info.framework.autoscaler(info)
     started = parse_time(status.get("startTime"))
     d.requeue_after = seconds_left(started, info.run_policy.get("activeDeadlineSeconds"), d.now)
     return d
@@ -422,32 +415,6 @@ def _plan(d: Decision, obs: Observation, setup: Setup) -> None:
         naming.replica_name(info.name, t, i) for t, r in info.replicas.items() for i in range(r.replicas)
     }
     d.delete_services = [s for n, s in existing_services.items() if n not in wanted]
-
-
-def autoscaler(info: JobInfo) -> Obj | None:
-    """The HorizontalPodAutoscaler of an elastic PyTorchJob with metrics (upstream's), else None."""
-    elastic = info.spec.get("elasticPolicy") or {}
-    if info.framework.api is not PYTORCHJOB or not elastic.get("metrics"):
-        return None
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": info.name,
-            "namespace": info.namespace,
-            "ownerReferences": [info.owner_reference()],
-        },
-        "spec": {
-            "scaleTargetRef": {
-                "apiVersion": info.job["apiVersion"],
-                "kind": info.job["kind"],
-                "name": info.name,
-            },
-            "minReplicas": elastic["minReplicas"],
-            "maxReplicas": elastic["maxReplicas"],
-            "metrics": elastic["metrics"],
-        },
-    }
 
 
 def cleanup_targets(

@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from typing import Unpack
 
 from kubetrain.controller import metrics
+from kubetrain.controller.frameworks.base import Framework
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gang import GangPlugin
+from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Settings
+from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
 from kubetrain.controller.reconcilers.v1decisions import (
     Counter,
     Decision,
@@ -50,14 +53,9 @@ from kubetrain.controller.reconcilers.writes import (
     raise_first_failure,
     require_ours,
 )
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import Framework, Obj, PodPlugin
-from kubetrain.controller.runtimes.gang import GangPlugin
-from kubetrain.controller.runtimes.gpu import GpuPlugin
+from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube import errors
-from kubetrain.kube.client import KubeClient
-from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
-from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import HPAS, PODS, SERVICES
@@ -79,29 +77,10 @@ class V1JobReconciler(JobReconciler):
     conditions = cond.V1
 
     def __init__(
-        self,
-        *,
-        kube: KubeClient,
-        framework: Framework,
-        jobs: Informer,
-        pods: Informer,
-        services: Informer,
-        expectations: Expectations,
-        recorder: EventRecorder,
-        settings: Settings,
-        pod_groups: Informer | None = None,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        self, *, framework: Framework, pod_groups: Informer | None = None, **shared: Unpack[Shared]
     ) -> None:
-        super().__init__(
-            kube=kube,
-            jobs=jobs,
-            pods=pods,
-            services=services,
-            expectations=expectations,
-            recorder=recorder,
-            settings=settings,
-            clock=clock,
-        )
+        super().__init__(**shared)
+        settings = self.settings
         self.framework = framework
         self.resource = framework.api.resource
         self.name = framework.api.singular
@@ -109,7 +88,9 @@ class V1JobReconciler(JobReconciler):
         plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         if settings.gang is not None:
             plugins.append(GangPlugin(settings.gang))
-        self.setup = Setup(framework, (*plugins, *settings.extra_plugins), settings.gang)
+        self.setup = Setup(
+            framework, (*plugins, *settings.extra_plugins.get(framework.api.kind, ())), settings.gang
+        )
         self._last_write: dict[str, float] = {}
 
     def forget(self, key: str) -> None:
@@ -293,7 +274,7 @@ class V1JobReconciler(JobReconciler):
         elif existing.get("spec") != desired["spec"] and any(
             k not in existing.get("spec", {}) or existing["spec"][k] != v for k, v in desired["spec"].items()
         ):
-            if gang.native:
+            if gang.builtin:
                 if not d.pods:
                     await self.writer.delete_owned(ctx.job, gang.resource, existing)
                     return False

@@ -90,11 +90,12 @@ def _v1_info(model: type[v1.TrainingJob]) -> CrdInfo:
     )
     state, age, *wide = _state_columns()
     scale = None
-    if kind is kinds.PYTORCHJOB:  # upstream's PyTorchJob scales its Workers (an HPA drives elastic jobs)
+    if kind.scaled_replica is not None:
+        rtype = kind.scaled_replica
         scale = {
-            "specReplicasPath": f".{kind.replica_path}.Worker.replicas",
-            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
-            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+            "specReplicasPath": f".{kind.replica_path}.{rtype}.replicas",
+            "statusReplicasPath": f".status.replicaStatuses.{rtype}.active",
+            "labelSelectorPath": f".status.replicaStatuses.{rtype}.selector",
         }
     return CrdInfo(
         model,

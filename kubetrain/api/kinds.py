@@ -94,6 +94,7 @@ class V1Kind(JobKind):
     default_restart_policy: str
     controller_name: str  # the ``training.kubeflow.org/operator-name`` label value
     framework_label: str  # the ``framework`` label of upstream's job metrics
+    scaled_replica: str | None = None  # the replica type the CRD's scale subresource resizes, if any
 
     @property
     def replica_path(self) -> str:
@@ -106,111 +107,50 @@ class V1Kind(JobKind):
         return next((rtype for rtype in self.leaders if rtype in have), None)
 
 
-PYTORCHJOB: Final = V1Kind(
-    kind="PyTorchJob",
-    group=KUBEFLOW_GROUP,
-    version=KUBEFLOW_VERSION,
-    plural="pytorchjobs",
-    short_names=("ptj",),
-    replica_field="pytorchReplicaSpecs",
-    replica_types=("Master", "Worker"),
-    leaders=("Master", "Worker"),
-    default_container="pytorch",
-    port_name="pytorchjob-port",
-    default_port=23456,
-    default_restart_policy="OnFailure",
-    controller_name="pytorchjob-controller",
-    framework_label="pytorch",
-)
-TFJOB: Final = V1Kind(
-    kind="TFJob",
-    group=KUBEFLOW_GROUP,
-    version=KUBEFLOW_VERSION,
-    plural="tfjobs",
-    short_names=("tfj",),
-    replica_field="tfReplicaSpecs",
-    replica_types=("Chief", "Master", "PS", "Worker", "Evaluator"),
-    leaders=("Chief", "Master", "Worker"),
-    default_container="tensorflow",
-    port_name="tfjob-port",
-    default_port=2222,
-    default_restart_policy="Never",
-    controller_name="tfjob-controller",
-    framework_label="tensorflow",
-)
-XGBOOSTJOB: Final = V1Kind(
-    kind="XGBoostJob",
-    group=KUBEFLOW_GROUP,
-    version=KUBEFLOW_VERSION,
-    plural="xgboostjobs",
-    short_names=("xgbj",),
-    replica_field="xgbReplicaSpecs",
-    replica_types=("Master", "Worker"),
-    leaders=("Master",),
-    default_container="xgboost",
-    port_name="xgboostjob-port",
-    default_port=9999,
-    default_restart_policy="Never",
-    controller_name="xgboostjob-controller",
-    framework_label="xgboost",
-)
-PADDLEJOB: Final = V1Kind(
-    kind="PaddleJob",
-    group=KUBEFLOW_GROUP,
-    version=KUBEFLOW_VERSION,
-    plural="paddlejobs",
-    short_names=("pdj",),
-    replica_field="paddleReplicaSpecs",
-    replica_types=("Master", "Worker"),
-    leaders=("Master", "Worker"),
-    default_container="paddle",
-    port_name="master",
-    default_port=36543,
-    default_restart_policy="OnFailure",
-    controller_name="paddlejob-controller",
-    framework_label="paddle",
-)
-JAXJOB: Final = V1Kind(
-    kind="JAXJob",
-    group=KUBEFLOW_GROUP,
-    version=KUBEFLOW_VERSION,
-    plural="jaxjobs",
-    short_names=("jaxj",),
-    replica_field="jaxReplicaSpecs",
-    replica_types=("Worker",),
-    leaders=("Worker",),
-    default_container="jax",
-    port_name="jaxjob-port",
-    default_port=6666,
-    default_restart_policy="Never",
-    controller_name="jaxjob-controller",
-    framework_label="jax",
-)
-TRAINJOB: Final = JobKind(
-    kind="TrainJob",
-    group=TRAINER_GROUP,
-    version=TRAINER_VERSION,
-    plural="trainjobs",
-    short_names=("tj",),
-    success="Complete",
-    # The trainer's container, and the replicated job whose first pod is rank 0.
-    default_container="node",
-)
-TRAINING_RUNTIME: Final = Kind(
-    kind="TrainingRuntime",
-    group=TRAINER_GROUP,
-    version=TRAINER_VERSION,
-    plural="trainingruntimes",
-    short_names=("tr",),
-)
-CLUSTER_TRAINING_RUNTIME: Final = Kind(
-    kind="ClusterTrainingRuntime",
-    group=TRAINER_GROUP,
-    version=TRAINER_VERSION,
-    plural="clustertrainingruntimes",
-    short_names=("ctr",),
-    namespaced=False,
-)
+def _kubeflow(  # noqa: PLR0917 (positional, so each kind below reads as one row of a table)
+    kind: str,
+    short: str,
+    replica_field: str,
+    replica_types: tuple[str, ...],
+    leaders: tuple[str, ...],
+    container: str,
+    port: tuple[str, int],
+    restart_policy: str,
+    *,
+    scaled_replica: str | None = None,
+) -> V1Kind:
+    """A Kubeflow v1 job kind; its plural, operator-name label and metrics label follow upstream's pattern."""
+    return V1Kind(
+        kind=kind,
+        group=KUBEFLOW_GROUP,
+        version=KUBEFLOW_VERSION,
+        plural=f"{kind.lower()}s",
+        short_names=(short,),
+        replica_field=replica_field,
+        replica_types=replica_types,
+        leaders=leaders,
+        default_container=container,
+        port_name=port[0],
+        default_port=port[1],
+        default_restart_policy=restart_policy,
+        controller_name=f"{kind.lower()}-controller",
+        framework_label=container,
+        scaled_replica=scaled_replica,
+    )
+
+
+# kind, short name, replica map, replica types in upstream's order, the types that decide success (the
+# first the job has), default container, its port (name, number), restart policy. An elastic PyTorchJob's
+# autoscaler resizes its Workers through the CRD's scale subresource.
+PYTORCHJOB: Final = _kubeflow("PyTorchJob", "ptj", "pytorchReplicaSpecs", ("Master", "Worker"), ("Master", "Worker"), "pytorch", ("pytorchjob-port", 23456), "OnFailure", scaled_replica="Worker")  # fmt: skip
+TFJOB: Final = _kubeflow("TFJob", "tfj", "tfReplicaSpecs", ("Chief", "Master", "PS", "Worker", "Evaluator"), ("Chief", "Master", "Worker"), "tensorflow", ("tfjob-port", 2222), "Never")  # fmt: skip
+XGBOOSTJOB: Final = _kubeflow("XGBoostJob", "xgbj", "xgbReplicaSpecs", ("Master", "Worker"), ("Master",), "xgboost", ("xgboostjob-port", 9999), "Never")  # fmt: skip
+PADDLEJOB: Final = _kubeflow("PaddleJob", "pdj", "paddleReplicaSpecs", ("Master", "Worker"), ("Master", "Worker"), "paddle", ("master", 36543), "OnFailure")  # fmt: skip
+JAXJOB: Final = _kubeflow("JAXJob", "jaxj", "jaxReplicaSpecs", ("Worker",), ("Worker",), "jax", ("jaxjob-port", 6666), "Never")  # fmt: skip
+# The trainer's container is also the name of the replicated job whose first pod is rank 0.
+TRAINJOB: Final = JobKind(kind="TrainJob", group=TRAINER_GROUP, version=TRAINER_VERSION, plural="trainjobs", short_names=("tj",), success="Complete", default_container="node")  # fmt: skip
+TRAINING_RUNTIME: Final = Kind(kind="TrainingRuntime", group=TRAINER_GROUP, version=TRAINER_VERSION, plural="trainingruntimes", short_names=("tr",))  # fmt: skip
+CLUSTER_TRAINING_RUNTIME: Final = Kind(kind="ClusterTrainingRuntime", group=TRAINER_GROUP, version=TRAINER_VERSION, plural="clustertrainingruntimes", short_names=("ctr",), namespaced=False)  # fmt: skip
 
 V1_JOBS: Final[tuple[V1Kind, ...]] = (PYTORCHJOB, TFJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB)
 JOBS: Final[tuple[JobKind, ...]] = (*V1_JOBS, TRAINJOB)
@@ -242,8 +182,3 @@ def job_kind(name: str) -> JobKind:
 def v1_kind(name: str) -> V1Kind:
     """A Kubeflow v1 job kind by any of its names, case-insensitively."""
     return _find(name, V1_JOBS, "job kind")
-
-
-def runtime_kind(name: str) -> Kind:
-    """TrainingRuntime or ClusterTrainingRuntime, by any of its names."""
-    return _find(name, RUNTIMES, "runtime kind")

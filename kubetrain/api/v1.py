@@ -185,6 +185,14 @@ def _replica_rules(kind: V1Kind) -> list[dict[str, str]]:
     ]
 
 
+def replica_specs_field(kind: V1Kind, *extra: dict[str, str]) -> Any:
+    """The ``<x>ReplicaSpecs`` field of a v1 kind: the rules every kind shares, then its own."""
+    return Field(
+        alias=kind.replica_field,
+        json_schema_extra=rules(*_replica_rules(kind), *extra, maxProperties=len(kind.replica_types)),
+    )
+
+
 def _decides_success(kind: V1Kind, rtype: str, *, unless: tuple[str, ...] = ()) -> dict[str, str]:
     """``rtype`` decides when the job succeeds (unless one of ``unless`` is present), so it needs a pod.
 
@@ -302,26 +310,20 @@ class PyTorchJobSpec(ApiModel):
             )
         ),
     ] = None
-    pytorch_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            json_schema_extra=rules(
-                *_replica_rules(PYTORCHJOB),
-                _needs_a_leader(PYTORCHJOB),
-                cel(
-                    "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
-                    f"{PYTORCHJOB.replica_path}[Master].replicas must be 1: a PyTorchJob has exactly one Master",
-                    fieldPath=".Master.replicas",
-                ),
-                cel(
-                    "!has(self.Worker) || !has(self.Worker.replicas) || self.Worker.replicas >= 1",
-                    f"{PYTORCHJOB.replica_path}[Worker].replicas must be at least 1; remove the Worker entry for a Master-only job",
-                    fieldPath=".Worker.replicas",
-                ),
-                maxProperties=2,
-            )
+    pytorch_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        PYTORCHJOB,
+        _needs_a_leader(PYTORCHJOB),
+        cel(
+            "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
+            f"{PYTORCHJOB.replica_path}[Master].replicas must be 1: a PyTorchJob has exactly one Master",
+            fieldPath=".Master.replicas",
         ),
-    ]
+        cel(
+            "!has(self.Worker) || !has(self.Worker.replicas) || self.Worker.replicas >= 1",
+            f"{PYTORCHJOB.replica_path}[Worker].replicas must be at least 1; remove the Worker entry for a Master-only job",
+            fieldPath=".Worker.replicas",
+        ),
+    )
 
 
 _PYTORCH_SPEC_RULES = rules(
@@ -355,28 +357,21 @@ class TFJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
     success_policy: Literal["", "AllWorkers"] | None = None
     enable_dynamic_worker: bool | None = None
-    tf_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias=TFJOB.replica_field,
-            json_schema_extra=rules(
-                *_replica_rules(TFJOB),
-                cel(
-                    "!(has(self.Chief) && has(self.Master))",
-                    f"{TFJOB.replica_path} must not have more than 1 Chief or Master role: use Chief or Master, not both",
-                ),
-                cel(
-                    "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
-                    "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
-                    f"{TFJOB.replica_path}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
-                    "when the job succeeds (with 0 the job would succeed without running anything)",
-                ),
-                _needs_a_leader(TFJOB),
-                _decides_success(TFJOB, "Worker", unless=("Chief", "Master")),
-                maxProperties=5,
-            ),
+    tf_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        TFJOB,
+        cel(
+            "!(has(self.Chief) && has(self.Master))",
+            f"{TFJOB.replica_path} must not have more than 1 Chief or Master role: use Chief or Master, not both",
         ),
-    ]
+        cel(
+            "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
+            "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
+            f"{TFJOB.replica_path}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
+            "when the job succeeds (with 0 the job would succeed without running anything)",
+        ),
+        _needs_a_leader(TFJOB),
+        _decides_success(TFJOB, "Worker", unless=("Chief", "Master")),
+    )
 
 
 class TFJob(TrainingJob):
@@ -391,24 +386,17 @@ class TFJob(TrainingJob):
 
 class XGBoostJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
-    xgb_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias=XGBOOSTJOB.replica_field,
-            json_schema_extra=rules(
-                *_replica_rules(XGBOOSTJOB),
-                cel(
-                    "has(self.Master)",
-                    f"{XGBOOSTJOB.replica_path}[Master] must be present: an XGBoostJob needs one Master",
-                ),
-                cel(
-                    "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
-                    f"{XGBOOSTJOB.replica_path}[Master].replicas must be 1",
-                ),
-                maxProperties=2,
-            ),
+    xgb_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        XGBOOSTJOB,
+        cel(
+            "has(self.Master)",
+            f"{XGBOOSTJOB.replica_path}[Master] must be present: an XGBoostJob needs one Master",
         ),
-    ]
+        cel(
+            "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
+            f"{XGBOOSTJOB.replica_path}[Master].replicas must be 1",
+        ),
+    )
 
 
 class XGBoostJob(TrainingJob):
@@ -433,18 +421,12 @@ class PaddleElasticPolicy(ApiModel):
 class PaddleJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
     elastic_policy: PaddleElasticPolicy | None = None
-    paddle_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            json_schema_extra=rules(
-                *_replica_rules(PADDLEJOB),
-                _needs_a_leader(PADDLEJOB),
-                _decides_success(PADDLEJOB, "Master"),
-                _decides_success(PADDLEJOB, "Worker", unless=("Master",)),
-                maxProperties=2,
-            )
-        ),
-    ]
+    paddle_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        PADDLEJOB,
+        _needs_a_leader(PADDLEJOB),
+        _decides_success(PADDLEJOB, "Master"),
+        _decides_success(PADDLEJOB, "Worker", unless=("Master",)),
+    )
 
 
 class PaddleJob(TrainingJob):
@@ -459,18 +441,11 @@ class PaddleJob(TrainingJob):
 
 class JAXJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
-    jax_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias=JAXJOB.replica_field,
-            json_schema_extra=rules(
-                *_replica_rules(JAXJOB),
-                _needs_a_leader(JAXJOB),
-                _decides_success(JAXJOB, "Worker"),
-                maxProperties=1,
-            ),
-        ),
-    ]
+    jax_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        JAXJOB,
+        _needs_a_leader(JAXJOB),
+        _decides_success(JAXJOB, "Worker"),
+    )
 
 
 class JAXJob(TrainingJob):

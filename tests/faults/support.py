@@ -24,7 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 
 from kubetrain import naming
-from kubetrain.controller.runtimes import registry
+from kubetrain.controller import frameworks
 from tests.support import (
     HANG,
     Jobs,
@@ -258,7 +258,7 @@ def v1job(
     run_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A job of any v1 kind whose simulated pods behave as each replica type's annotations say."""
-    framework = registry.by_name(kind)
+    framework = frameworks.by_name(kind)
     specs = {
         rtype: {
             "replicas": count,

@@ -13,7 +13,7 @@ def reconciler() -> TrainJobReconciler:
     unused: Any = None  # no pass runs: only the snapshot parsing and the job handler are exercised
     return TrainJobReconciler(
         kube=unused,
-        trainjobs=unused,
+        jobs=unused,
         runtimes=unused,
         cluster_runtimes=unused,
         snapshots=unused,

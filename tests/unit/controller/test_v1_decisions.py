@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kubetrain.controller import frameworks
 from kubetrain.controller.main import Options
 from kubetrain.controller.reconcilers.v1decisions import (
     Decision,
@@ -23,12 +24,11 @@ from kubetrain.controller.reconcilers.v1decisions import (
     decide,
     on_rejection,
 )
-from kubetrain.controller.runtimes import registry
 from tests.support import pytorchjob
 
 Obj = dict[str, Any]
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-SETUP = Setup(registry.by_name("PyTorchJob"))
+SETUP = Setup(frameworks.by_name("PyTorchJob"))
 _uids = itertools.count()
 
 

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
-from kubetrain.api.kinds import TFJOB, V1Kind
-from kubetrain.controller.runtimes.framework import (
-    EnvVar,
-    JobInfo,
-    Obj,
-    PodsByReplica,
-    ReplicaCounts,
-    all_succeeded,
-    any_active,
-    env_value,
-)
+from kubetrain.api.kinds import TFJOB
+from kubetrain.controller.frameworks.base import Framework, JobInfo, PodsByReplica, ReplicaCounts, env_value
+from kubetrain.controller.state import EnvVar, Obj
 
 CLUSTER_DOMAIN_ENV = "CUSTOM_CLUSTER_DOMAIN"
 
 
-@dataclass
-class TensorFlow:
-    api: V1Kind = TFJOB
+class TensorFlow(Framework):
+    api = TFJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         info.spec.setdefault("successPolicy", "")
@@ -64,25 +54,12 @@ class TensorFlow:
                 return [container]
         return []
 
-    def is_master_role(self, info: JobInfo, rtype: str, index: int) -> bool:
-        if "Chief" in info.replicas or "Master" in info.replicas:
-            return rtype in ("Chief", "Master")
-        return rtype == "Worker" and index == 0
-
     def succeeded(self, info: JobInfo, counts: dict[str, ReplicaCounts], pods: PodsByReplica) -> bool:
-        for chief in ("Chief", "Master"):
-            if chief in info.replicas:
-                return all_succeeded(info, counts, chief)
-        if "Worker" not in info.replicas:
-            return False
-        if all_succeeded(info, counts, "Worker"):
-            return True
+        """Upstream's rule: the Chief (or Master) decides; without one, every Worker, or Worker 0 alone
+        unless ``successPolicy`` is ``AllWorkers``."""
+        done = super().succeeded(info, counts, pods)
+        if done or self.leader(info) != "Worker":
+            return done
         worker0 = pods.get(("Worker", 0))
         worker0_done = worker0 is not None and worker0.get("status", {}).get("phase") == "Succeeded"
         return worker0_done and info.spec.get("successPolicy") != "AllWorkers"
-
-    def running(self, info: JobInfo, counts: dict[str, ReplicaCounts]) -> bool:
-        for chief in ("Chief", "Master"):
-            if chief in info.replicas:
-                return any_active(counts, chief)
-        return any_active(counts, "Worker")

@@ -1,83 +1,24 @@
-"""The plugin framework of the v1 job controller.
+"""What differs between the Kubeflow v1 kinds: a ``Framework`` per kind, over one build state.
 
 The job logic (pods, services, status, restarts, lifetimes) is written once in
-``reconcilers.v1job``. What differs between PyTorch, TensorFlow, XGBoost,
-Paddle and JAX is a ``Framework``: replica types, the default container and
-port, the env that wires replicas together, and which replica decides success.
-What cuts across frameworks (checkpoint env, GPU tolerations, gang scheduling,
-the master-wait init container) is a ``PodPlugin`` that decorates each pod.
-Plugins share one build-state object, ``JobInfo``, and never call each other:
-the Trainer v2 plugin idea, in Python.
+``reconcilers.v1decisions``. A ``Framework`` holds the kind's facts (``api``,
+from the kind registry) and its rules: the env that wires replicas together,
+the defaults applied in memory, which replicas decide success. The base class
+gives upstream's shared rules (the replica type that decides success is the
+first of the kind's ``leaders`` the job has; it is Running while that one
+runs); a kind overrides only what differs. ``JobInfo`` is the build state one
+reconcile shares between the framework and the pod plugins (``controller.plugins``).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import ClassVar
 
 from kubetrain import naming
 from kubetrain.api.kinds import V1Kind
-
-Obj = dict[str, Any]
-EnvVar = dict[str, Any]
-
-
-@dataclass
-class Replica:
-    """One replica type of a job, with defaults applied.
-
-    ``template`` is the job's own pod template, shared with the cache: read it, never change it;
-    ``JobInfo.pod_template`` hands out a private, defaulted copy for building a pod.
-    """
-
-    rtype: str
-    replicas: int
-    restart_policy: str
-    template: Obj
-
-
-@dataclass
-class JobIdentity:
-    """A job object, read the way its children need it: names, spec, annotations, owner reference.
-
-    The base of the build state of every kind (``JobInfo``, a TrainJob's ``TrainJobInfo``).
-    """
-
-    job: Obj
-
-    @property
-    def name(self) -> str:
-        return str(self.job["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.job["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.job["metadata"]["uid"])
-
-    @property
-    def spec(self) -> Obj:
-        spec: Obj = self.job.get("spec") or {}
-        return spec
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        annotations: dict[str, str] = self.job["metadata"].get("annotations") or {}
-        return annotations
-
-    def owner_reference(self) -> Obj:
-        """The reference that makes the job the controller of a child (deleted with it)."""
-        return {
-            "apiVersion": self.job["apiVersion"],
-            "kind": self.job["kind"],
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+from kubetrain.controller.state import EnvVar, JobIdentity, Obj, Replica
 
 
 @dataclass
@@ -154,74 +95,56 @@ def any_active(counts: dict[str, ReplicaCounts], rtype: str) -> bool:
     return counts.get(rtype, ReplicaCounts()).active > 0
 
 
-class Framework(Protocol):
-    """Everything that differs between the v1 kinds: the kind's facts (``api``, from the registry) and
-    the rules upstream's controller for that kind follows."""
+class Framework:
+    """One v1 kind's rules. Subclasses set ``api`` and ``env``, and override what differs from upstream's
+    shared rules."""
 
-    api: V1Kind
+    api: ClassVar[V1Kind]
 
     def apply_defaults(self, info: JobInfo) -> None:
         """Kind-specific defaults applied in memory (never written back to the spec)."""
 
     def env(self, info: JobInfo, rtype: str, index: int) -> list[EnvVar]:
         """Env that wires the replicas together, appended to the pod's containers."""
+        raise NotImplementedError
 
     def env_containers(self, info: JobInfo, pod: Obj) -> list[Obj]:
-        """The containers that receive ``env`` (all of them, for most frameworks)."""
+        """The containers that receive ``env``: all of them, for most kinds."""
+        containers: list[Obj] = pod["spec"].get("containers") or []
+        return containers
+
+    def required_port(self, info: JobInfo, rtype: str) -> int:
+        """The port of ``rtype``'s default container that the env names (upstream refuses the pod without it)."""
+        port = info.port(rtype)
+        if port is None:
+            api = self.api
+            raise ValueError(
+                f"the {rtype}'s {api.default_container} container has no port named {api.port_name}"
+            )
+        return port
+
+    def leader(self, info: JobInfo) -> str | None:
+        """The replica type that decides success: the first of the kind's leaders the job has."""
+        return self.api.leader(info.replicas)
 
     def is_master_role(self, info: JobInfo, rtype: str, index: int) -> bool:
-        """Whether this replica gets the ``job-role=master`` label (and writes the training report)."""
+        """Whether this replica gets the ``job-role=master`` label (and writes the training report):
+        the deciding replica type's pods (the first one only, when Workers decide)."""
+        return rtype == self.leader(info) and (rtype != "Worker" or index == 0)
 
     def succeeded(self, info: JobInfo, counts: dict[str, ReplicaCounts], pods: PodsByReplica) -> bool:
-        """Whether the job has succeeded, by the framework's rule (e.g. the Master completed)."""
+        """Whether the job has succeeded: every replica of the deciding type did."""
+        leader = self.leader(info)
+        return leader is not None and all_succeeded(info, counts, leader)
 
     def running(self, info: JobInfo, counts: dict[str, ReplicaCounts]) -> bool:
-        """Whether the job counts as Running (e.g. the Master is running)."""
+        """Whether the job counts as Running: a replica of the deciding type runs."""
+        leader = self.leader(info)
+        return leader is not None and any_active(counts, leader)
 
-
-@runtime_checkable
-class PodPlugin(Protocol):
-    """A cross-framework plugin that decorates every pod the controller builds."""
-
-    name: str
-
-    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None: ...
-
-
-class JobView(Protocol):
-    """What the cross-kind plugins (checkpoint, GPU, gang) read of a job: a v1 ``JobInfo`` or a
-    TrainJob's build state alike."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def annotations(self) -> dict[str, str]: ...
-
-    @property
-    def run_policy(self) -> Obj: ...
-
-    @property
-    def replicas(self) -> dict[str, Replica]: ...
-
-    @property
-    def total_replicas(self) -> int: ...
-
-    @property
-    def warnings(self) -> list[str]: ...
-
-    def owner_reference(self) -> Obj: ...
-
-
-class SharedPodPlugin(Protocol):
-    """A plugin that decorates the pods of every kind, v1 jobs and TrainJobs alike."""
-
-    name: str
-
-    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None: ...
+    def autoscaler(self, info: JobInfo) -> Obj | None:
+        """The HorizontalPodAutoscaler the job needs, if any (an elastic PyTorchJob's)."""
+        return None
 
 
 def job_info(job: Obj, framework: Framework) -> JobInfo:
