@@ -16,19 +16,12 @@ import pytest
 
 from kubetrain.controller import frameworks
 from kubetrain.controller.main import Options
-from kubetrain.controller.reconcilers.v1decisions import (
-    Decision,
-    Observed,
-    Phase,
-    Setup,
-    decide,
-    on_rejection,
-)
+from kubetrain.controller.reconcilers import v1decisions as v1
 from tests.support import pytorchjob
 
 Obj = dict[str, Any]
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-SETUP = Setup(frameworks.by_name("PyTorchJob"))
+SETUP = v1.Setup(frameworks.by_name("PyTorchJob"))
 _uids = itertools.count()
 
 
@@ -40,13 +33,13 @@ class Cluster:
         self.pods: dict[str, Obj] = {}
         self.services: dict[str, Obj] = {}
         self.now = T0
-        self.last: Decision | None = None
+        self.last: v1.Decision | None = None
 
-    def step(self, seconds: float = 1.0) -> Decision:
+    def step(self, seconds: float = 1.0) -> v1.Decision:
         """One pass, ``seconds`` after the last; its writes applied (new pods start Pending)."""
         self.now += dt.timedelta(seconds=seconds)
-        d = decide(
-            self.job, Observed(list(self.pods.values()), list(self.services.values())), self.now, SETUP
+        d = v1.decide(
+            self.job, v1.Observed(list(self.pods.values()), list(self.services.values())), self.now, SETUP
         )
         self.job = {**self.job, "status": d.status}
         for pod in [*d.delete_pods, *d.cleanup_pods]:
@@ -87,7 +80,7 @@ def running(manifest: Obj) -> Cluster:
     return cluster
 
 
-def events(d: Decision) -> list[str]:
+def events(d: v1.Decision) -> list[str]:
     return [e.reason for e in d.events]
 
 
@@ -119,7 +112,7 @@ def test_the_master_succeeding_completes_the_job_and_running_turns_false() -> No
     cluster = running(pytorchjob("done", workers=2))
     cluster.set("done-master-0", "Succeeded", code=0)
     d = cluster.step()
-    assert d.phase is Phase.FINISHING and d.finish is not None and d.finish.counter == "successful"
+    assert d.phase is v1.Phase.FINISHING and d.finish is not None and d.finish.counter == "successful"
     status = cluster.job["status"]
     assert status["replicaStatuses"]["Master"]["succeeded"] == 1
     assert status["completionTime"] == "2026-01-01T12:00:03Z"
@@ -159,7 +152,7 @@ def test_a_finished_job_is_left_finished_whatever_its_pods_do() -> None:
     cluster.step()
     cluster.set("over-worker-0", "Failed", code=1)
     d = cluster.step()
-    assert d.phase is Phase.FINISHED and d.create_pods == [] and d.finish is None
+    assert d.phase is v1.Phase.FINISHED and d.create_pods == [] and d.finish is None
     assert cluster.conditions()[-1][0] == "Succeeded"
 
 
@@ -238,7 +231,7 @@ def test_in_place_container_restarts_count_against_the_backoff_limit() -> None:
 def test_a_job_created_suspended_gets_no_pods_and_no_start_time() -> None:
     cluster = Cluster(pytorchjob("test-job", run_policy={"suspend": True}))
     d = cluster.step()
-    assert d.phase is Phase.SUSPENDED and d.create_pods == [] and d.create_services == []
+    assert d.phase is v1.Phase.SUSPENDED and d.create_pods == [] and d.create_services == []
     assert cluster.conditions() == [
         ("Created", "True", "PyTorchJobCreated"),
         ("Suspended", "True", "PyTorchJobSuspended"),
@@ -284,8 +277,8 @@ def test_a_deadline_is_looked_at_on_time_and_fails_the_job_from_its_start_time()
 
 def test_a_new_controller_learns_the_deadline_from_the_jobs_start_time() -> None:
     cluster = running(pytorchjob("restarted", workers=1, run_policy={"activeDeadlineSeconds": 6}))
-    fresh = decide(
-        cluster.job, Observed(list(cluster.pods.values())), cluster.now + dt.timedelta(seconds=2), SETUP
+    fresh = v1.decide(
+        cluster.job, v1.Observed(list(cluster.pods.values())), cluster.now + dt.timedelta(seconds=2), SETUP
     )
     assert fresh.requeue_after == 3.0, "no memory of the old controller is needed"
 
@@ -306,7 +299,7 @@ def test_the_ttl_deletes_a_finished_job_on_time(outcome: str) -> None:
     assert finishing.requeue_after == 3.0 and not finishing.delete_job
     assert cluster.step(2).requeue_after == 1.0
     expired = cluster.step(1)
-    assert expired.phase is Phase.FINISHED and expired.delete_job and expired.requeue_after is None
+    assert expired.phase is v1.Phase.FINISHED and expired.delete_job and expired.requeue_after is None
 
 
 @pytest.mark.parametrize(
@@ -343,14 +336,16 @@ def test_a_refused_child_either_fails_the_job_or_says_why_while_retrying() -> No
     cluster = running(pytorchjob("refused", workers=1))
     last = cluster.last
     assert last is not None
-    waiting = on_rejection(last, last.status, "FailedCreate", "exceeded quota", fails_job=False, setup=SETUP)
-    assert waiting.phase is Phase.RUNNING
+    waiting = v1.on_rejection(
+        last, last.status, "FailedCreate", "exceeded quota", fails_job=False, setup=SETUP
+    )
+    assert waiting.phase is v1.Phase.RUNNING
     assert ("ReplicaFailure", "True", "FailedCreate") in [
         (c["type"], c["status"], c["reason"]) for c in waiting.status["conditions"]
     ]
     assert waiting.after_creates()["conditions"] == last.status["conditions"]
-    failed = on_rejection(last, last.status, "NameConflict", "taken", fails_job=True, setup=SETUP)
-    assert failed.phase is Phase.FINISHING and failed.finish is not None
+    failed = v1.on_rejection(last, last.status, "NameConflict", "taken", fails_job=True, setup=SETUP)
+    assert failed.phase is v1.Phase.FINISHING and failed.finish is not None
     assert failed.finish.message == "PyTorchJob refused has failed: taken"
     assert len(failed.cleanup_pods) == 2
 
