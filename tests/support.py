@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
+from kubetrain.api import kinds
 from kubetrain.controller import metrics
 from kubetrain.controller.main import Manager, Options
 from kubetrain.kube.client import KubeClient
@@ -104,9 +105,8 @@ class Jobs:
 
     @staticmethod
     def _resource(kind: str) -> tuple[str, str, str]:
-        if kind in ("TrainJob", "TrainingRuntime"):
-            return "trainer.kubeflow.org", "v1alpha1", kind.lower() + "s"
-        return "kubeflow.org", "v1", kind.lower() + "s"
+        found = kinds.any_kind(kind)
+        return found.group, found.version, found.plural
 
     async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         group, version, plural = self._resource(manifest["kind"])
@@ -261,11 +261,6 @@ def pytorchjob(
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": job_spec,
     }
-
-
-def lone_worker(name: str, worker_annotations: dict[str, str], **options: Any) -> dict[str, Any]:
-    """A PyTorchJob of one Worker and no Master (options as ``pytorchjob``)."""
-    return pytorchjob(name, master=False, workers=1, worker_annotations=worker_annotations, **options)
 
 
 def condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:

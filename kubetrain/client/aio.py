@@ -31,6 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from kubetrain.api import v1, v2
 from kubetrain.api.base import ApiModel
+from kubetrain.api.kinds import JobKind
 from kubetrain.client import kinds, lineage
 from kubetrain.client.errors import (
     InvalidJobError,
@@ -45,12 +46,8 @@ T = TypeVar("T")
 LOG_TAIL = 30
 
 MODELS: dict[str, type[ApiModel]] = {
-    "PyTorchJob": v1.PyTorchJob,
-    "TFJob": v1.TFJob,
-    "XGBoostJob": v1.XGBoostJob,
-    "PaddleJob": v1.PaddleJob,
-    "JAXJob": v1.JAXJob,
-    "TrainJob": v2.TrainJob,
+    **{m.api_kind.kind: m for m in v1.V1_KINDS},
+    v2.TrainJob.api_kind.kind: v2.TrainJob,
 }
 
 
@@ -388,7 +385,7 @@ class AsyncJobClient:
                     raise
                 await asyncio.sleep(1)
 
-    async def _list_one(self, spec: kinds.JobKind, name: str, namespace: str) -> tuple[str, Obj]:
+    async def _list_one(self, spec: JobKind, name: str, namespace: str) -> tuple[str, Obj]:
         """The list's resourceVersion (to watch from) and the job as it is now."""
         listed = await retrying(
             lambda: self.custom.list_namespaced_custom_object(
