@@ -282,16 +282,13 @@ def submit(
     if not jobs:
         fail(f"{file} holds no training job (kinds: {', '.join(kinds.KINDS)})", EXIT_USAGE)
     ns = default_namespace(kubeconfig, context, namespace)
-
-    def where(document: Obj) -> str:
-        """--namespace, else the document's own, else the context's."""
-        return namespace or document.get("metadata", {}).get("namespace") or ns
-
     with connect(kubeconfig, context) as client:
         for other in (d for d in documents if d["kind"] not in kinds.KINDS):
-            outcome = client.create_supporting(other, namespace=where(other), dry_run=dry_run)
+            outcome = client.create_supporting(
+                other, namespace=_namespace_of(other, namespace, ns), dry_run=dry_run
+            )
             errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
-        created = [client.create(d, namespace=where(d), dry_run=dry_run) for d in jobs]
+        created = [client.create(d, namespace=_namespace_of(d, namespace, ns), dry_run=dry_run) for d in jobs]
         emit(created, output, lambda: jobs_table(created, namespaces=False))
         if wait and not dry_run:
             finals = [wait_with_progress(client, job, timeout) for job in created]
@@ -455,6 +452,11 @@ def register(app: typer.Typer) -> None:
     """Add the job commands to ``app``."""
     for name, command in COMMANDS:
         app.command(name)(command)
+
+
+def _namespace_of(document: Obj, given: str | None, context_namespace: str) -> str:
+    """Where ``submit`` creates a document: ``--namespace``, else the document's own, else the context's."""
+    return given or document.get("metadata", {}).get("namespace") or context_namespace
 
 
 def _read(file: Path) -> str:
