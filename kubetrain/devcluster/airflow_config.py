@@ -32,6 +32,9 @@ AIRFLOW3 = ("api-server", "scheduler", "dag-processor", "triggerer")
 AIRFLOW2 = ("webserver", "scheduler", "dag-processor", "triggerer")
 JOB_TYPES = {"scheduler": "SchedulerJob", "dag-processor": "DagProcessorJob", "triggerer": "TriggererJob"}
 PORTS = ("postgres", "api", "worker-logs", "trigger-logs")
+# Settings and connections from the caller's environment would override airflow.cfg and the
+# database (a shell or a test session with AIRFLOW__DATABASE__SQL_ALCHEMY_CONN set): not inherited.
+UNSET_ENV = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_")
 ADMIN = "admin"
 DATABASE = "airflow"
 # The job's page on a dev cluster, which has no dashboard: the object in the API server.
@@ -121,6 +124,11 @@ class Plan:
     @property
     def sql_alchemy_conn(self) -> str:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
+
+    @property
+    def database_url(self) -> str:
+        """The metadata database, for libpq clients (psql, psycopg2)."""
+        return f"postgresql://postgres@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
 
     @property
     def connection_extra(self) -> dict[str, str]:
@@ -326,11 +334,19 @@ def airflow_component(plan: Plan, name: str, pg_bin: Path, *, since: float) -> C
         else:
             argv = airflow(plan, "webserver", "--hostname", "127.0.0.1", "--port", str(plan.ports["api"]))
             health = f"{plan.base_url}/health"
-        return Component(name, argv, HealthCheck(health), plan.ports["api"], env=env, startup_timeout=180)
+        return Component(
+            name,
+            argv,
+            HealthCheck(health),
+            plan.ports["api"],
+            env=env,
+            startup_timeout=180,
+            unset_env=UNSET_ENV,
+        )
     query = running_job_query(JOB_TYPES[name], since)
     check = CommandCheck(
         (*_pg_client(pg_bin, "psql", plan), "-d", DATABASE, "-tAc", query),
         "ready",
         env={"PGCONNECT_TIMEOUT": "2"},
     )
-    return Component(name, airflow(plan, name), check, 0, env=env, startup_timeout=180)
+    return Component(name, airflow(plan, name), check, 0, env=env, startup_timeout=180, unset_env=UNSET_ENV)

@@ -39,6 +39,7 @@ from kubetrain.devcluster.airflow_api import AirflowApi
 from kubetrain.devcluster.airflow_config import (
     ADMIN,
     PORTS,
+    UNSET_ENV,
     Layout,
     Plan,
     Secrets,
@@ -178,6 +179,9 @@ class AirflowDeployment:
         plan = self.plan(state)
         return AirflowApi(plan.base_url, state.major, ADMIN, plan.secrets.admin_password)
 
+    def database_url(self) -> str:
+        return self.plan(self._require_state()).database_url
+
     def log_path(self, name: str) -> Path:
         return self.layout.log(name)
 
@@ -308,7 +312,7 @@ class AirflowDeployment:
                     argv,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **airflow_env(plan)},
+                    env=process.environment(airflow_env(plan), UNSET_ENV),
                     timeout=SETUP_TIMEOUT,
                     check=False,
                 )

@@ -98,7 +98,8 @@ class CommandCheck:
 class Component:
     """A control-plane process: how to start it and how to tell it is healthy.
 
-    ``user``: the account it runs as (Postgres refuses to run as root)."""
+    ``user``: the account it runs as (Postgres refuses to run as root). ``unset_env``: prefixes of
+    variables of the caller's environment it must not inherit (settings it takes from its own file)."""
 
     name: str
     argv: list[str]
@@ -107,6 +108,13 @@ class Component:
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 60.0
     user: str | None = None
+    unset_env: tuple[str, ...] = ()
+
+
+def environment(env: dict[str, str], unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """The caller's environment without the variables ``unset`` starts, with ``env`` on top."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(unset)} if unset else os.environ
+    return {**inherited, **env}
 
 
 def pid_alive(pid: int) -> bool:
@@ -143,7 +151,7 @@ def start(component: Component, log_path: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **component.env},
+            env=environment(component.env, component.unset_env),
             user=component.user,
             group=component.user,
         )
