@@ -107,6 +107,14 @@ class Plan:
     secrets: Secrets
     namespace: str | None = None
     python: str = field(default_factory=lambda: sys.executable)
+    cores: int = 2
+
+    @property
+    def parallelism(self) -> int:
+        """Tries the LocalExecutor runs at once: twice the cores, at least 4. Each try starts by parsing
+        its DAG file (Airflow and the provider: seconds of CPU); with more at once on a small machine,
+        the starts miss Airflow's 30 s DAG import timeout and are rescheduled."""
+        return max(4, 2 * self.cores)
 
     @property
     def components(self) -> tuple[str, ...]:
@@ -149,7 +157,7 @@ def airflow_settings(plan: Plan) -> dict[str, dict[str, str]]:
             "load_examples": "False",
             "dags_are_paused_at_creation": "False",
             "fernet_key": plan.secrets.fernet_key,
-            "parallelism": "16",
+            "parallelism": str(plan.parallelism),
             "max_active_tasks_per_dag": "256",
         },
         "database": {"sql_alchemy_conn": plan.sql_alchemy_conn},

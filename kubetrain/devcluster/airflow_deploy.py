@@ -167,6 +167,7 @@ class AirflowDeployment:
             secrets=Secrets(**state.secrets),
             namespace=options.namespace,
             python=state.python,
+            cores=os.cpu_count() or 2,
         )
 
     def is_up(self) -> bool:

@@ -188,18 +188,12 @@ def stop(pid: int, *, grace: float = 10.0) -> None:
         if not pid_alive(pid):
             return
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for _ in range(50):
-        _reap(pid)
-        if not pid_alive(pid):
-            return
-        time.sleep(0.1)
+    kill(pid)
 
 
 def kill(pid: int) -> None:
     """SIGKILL the process group of ``pid`` at once, as a crash or the OOM killer would, and wait
-    until it is gone."""
+    (up to 10 s) until it is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     for _ in range(100):

@@ -1,20 +1,18 @@
-"""One real Airflow deployment for the session: Postgres, the API server (webserver on 2.11),
-scheduler with the LocalExecutor, DAG processor and triggerer, started with ``kubetrain dev airflow
-up`` as docs/airflow.md says, beside the test cluster.
+"""One real Airflow deployment for this package of tests: Postgres, the API server (webserver on
+2.11), scheduler with the LocalExecutor, DAG processor and triggerer, started with ``kubetrain dev
+airflow up`` as docs/airflow.md says, beside the test cluster.
 
-The deployment is started once per session (a start is a minute of two busy cores). Its DAG folder
-holds the repository's example DAGs and the DAGs of these tests (``dags/``: jobs whose pods kwok
-simulates, sized by ``dag_run.conf``); its processes train in one namespace of the session, where a
-controller runs. Every request of the deployment to the cluster goes through a recording proxy, so
-tests count what the triggerer asks of the API server.
+The deployment is started once for the package (a start is half a minute of two busy cores) and
+stopped after its last test. Its DAG folder holds the repository's example DAGs and the DAGs of
+these tests (``dags/``: jobs whose pods kwok simulates, shaped by ``dag_run.conf``); its processes
+train in one namespace, where a controller runs. Every request of the deployment to the cluster goes
+through a recording proxy, so tests count what the triggerer asks of the API server.
 """
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,43 +25,12 @@ from kubetrain.devcluster import process
 from kubetrain.devcluster.airflow_api import TERMINAL_RUN_STATES, AirflowApi, AirflowApiError
 from kubetrain.devcluster.airflow_deploy import AirflowDeployment, AirflowState
 from kubetrain.devcluster.cluster import DevCluster
-from kubetrain.devcluster.faultproxy import Exchange, FaultProxy
-from tests.airflow.conftest import REPO
+from tests.airflow.deployment.harness import EXAMPLE_DAGS, TEST_DAGS, RecordingProxy, dag_folder, until
 from tests.docs_commands import documented, shell_env
-from tests.support import start_controller_process
-
-HERE = Path(__file__).resolve().parent
-EXAMPLE_DAGS = ("train_and_evaluate", "deferrable_training", "retry_with_resume", "hyperparameter_sweep")
-TEST_DAGS = ("kt_single", "kt_deferred_many")
+from tests.support import start_controller_process, wait_controller_started
 
 
-class RecordingProxy:
-    """The fault proxy, passing everything through, on an event loop of its own thread."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.proxy = FaultProxy.for_kubeconfig(kubeconfig)
-        asyncio.run_coroutine_threadsafe(self.proxy.start(), self.loop).result(30)
-
-    def since(self, started: float) -> list[Exchange]:
-        """Requests that began after ``started`` (``time.monotonic()``)."""
-        return [e for e in list(self.proxy.exchanges) if e.started >= started]
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.proxy.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-def watches(exchanges: list[Exchange], plural: str) -> list[Exchange]:
-    return [
-        e for e in exchanges if e.method == "GET" and e.path.endswith(f"/{plural}") and e.query.get("watch")
-    ]
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_namespace(kubectl: Any, crds: None) -> Iterator[str]:
     """Where the deployment's DAGs train, with the claim the retry example resumes from."""
     name = f"af-{uuid.uuid4().hex[:8]}"
@@ -78,30 +45,26 @@ def airflow_namespace(kubectl: Any, crds: None) -> Iterator[str]:
     kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_controller(
     kubeconfig: Path, airflow_namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     log = tmp_path_factory.mktemp("controller") / "controller.log"
     proc = start_controller_process(kubeconfig, airflow_namespace, log)
-    deadline = time.monotonic() + 60
-    while "controller started" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the controller did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
+    wait_controller_started(proc, log)
     yield log
     proc.terminate()
     proc.wait(30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def recording_proxy(kubeconfig: Path) -> Iterator[RecordingProxy]:
     proxy = RecordingProxy(kubeconfig)
     yield proxy
     proxy.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployment(
     dev_cluster: DevCluster,
     kubeconfig: Path,
@@ -113,10 +76,7 @@ def deployment(
     """``kubetrain dev airflow up`` as docs/airflow.md runs it, with this session's DAG folder, namespace
     and (through the proxy) kubeconfig; ``down`` at the end."""
     work = tmp_path_factory.mktemp("airflow")
-    dags = work / "dags"
-    dags.mkdir()
-    for source in [*(REPO / "dags").glob("*.py"), *(HERE / "dags").glob("*.py")]:
-        (dags / source.name).symlink_to(source)
+    dags = dag_folder(work / "dags")
     proxied = recording_proxy.proxy.write_kubeconfig(work / "proxied.kubeconfig")
     root = work / "deployment"
     env = shell_env(kubeconfig, airflow_namespace, work)
@@ -134,7 +94,7 @@ def deployment(
     assert done.returncode == 0, f"{up} failed:\n{done.stdout}\n{done.stderr[-5000:]}"
     deployed = AirflowDeployment(root)
     api = deployed.api()
-    _until(lambda: all(api.dag(d) for d in (*EXAMPLE_DAGS, *TEST_DAGS)), 300, "the DAGs to be parsed")
+    until(lambda: all(api.dag(d) for d in (*EXAMPLE_DAGS, *TEST_DAGS)), 300, "the DAGs to be parsed")
     print(f"\nAirflow deployment up and its DAGs parsed in {time.monotonic() - started:.0f}s")
     yield deployed
     down = documented("docs/airflow.md", "kubetrain dev airflow down")
@@ -144,23 +104,9 @@ def deployment(
     assert not left and not root.exists(), f"`{down}` left {left} running"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api(deployment: AirflowDeployment) -> AirflowApi:
     return deployment.api()
-
-
-def _until(probe: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
-until = _until
 
 
 class Runs:
@@ -185,7 +131,7 @@ class Runs:
             state = str(self.api.dag_run(dag_id, run_id)["state"])
             return state if state in TERMINAL_RUN_STATES else None
 
-        return str(_until(finished, timeout, f"DAG run {dag_id}/{run_id} to finish", interval=2))
+        return str(until(finished, timeout, f"DAG run {dag_id}/{run_id} to finish", interval=2))
 
     def ti(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
         return self.api.task_instance(dag_id, run_id, task_id, map_index)
@@ -208,16 +154,16 @@ class Runs:
                 raise
             return ti if ti["state"] in states else None
 
-        found: dict[str, Any] = _until(reached, timeout, f"{dag_id}.{task_id} to be {'/'.join(states)}", 0.5)
+        found: dict[str, Any] = until(reached, timeout, f"{dag_id}.{task_id} to be {'/'.join(states)}", 0.5)
         return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def runs(api: AirflowApi, deployment: AirflowDeployment) -> Runs:
     return Runs(api, deployment.layout.home / "logs")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def database(deployment: AirflowDeployment) -> Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Queries of the deployment's metadata database."""
     import psycopg2

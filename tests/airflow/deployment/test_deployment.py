@@ -18,17 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from kubetrain import naming
-from kubetrain.client import JobClient
+from kubetrain.client import JobClient, kinds
 from kubetrain.devcluster import process
 from kubetrain.devcluster.airflow_api import AirflowApi
 from kubetrain.devcluster.airflow_deploy import AirflowDeployment
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS
-from tests.airflow.deployment.conftest import EXAMPLE_DAGS, RecordingProxy, Runs, until, watches
+from tests.airflow.deployment.conftest import Runs
+from tests.airflow.deployment.harness import EXAMPLE_DAGS, RecordingProxy, finish_pods, until, watches
 from tests.docs_commands import run_documented, shell_env
 
 # The issue of scale is the triggerer's; 50 deferred tasks take minutes on two cores, so the default is
@@ -57,22 +57,6 @@ def creates(proxy: RecordingProxy, since: float, namespace: str) -> list[Any]:
         and "dryRun" not in e.query
         and e.status == 201
     ]
-
-
-def finish_pods(kubectl: Any, namespace: str, jobs: list[str]) -> None:
-    """Let the simulated pods of ``jobs``, which hang, succeed now."""
-    selector = f"training.kubeflow.org/job-name in ({','.join(jobs)})"
-    kubectl(
-        "annotate",
-        "pods",
-        "-n",
-        namespace,
-        "-l",
-        selector,
-        "--overwrite",
-        "sim.kubetrain.dev/outcome=succeed",
-        "sim.kubetrain.dev/run-duration=0s",
-    )
 
 
 def pods_of(kubectl: Any, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -113,11 +97,9 @@ def test_a_retry_scheduled_by_the_scheduler_resumes_from_the_failed_try_s_checkp
     assert second_start - first_end >= dt.timedelta(seconds=1), "the retry ran before its retry_delay"
     result = api.xcom("retry_with_resume", run_id, "train")
     jobs = run_jobs(sync_jobs, airflow_namespace, "retry_with_resume", run_id)
-    states = sorted(
-        (j["metadata"]["annotations"][naming.ANNOTATION_ATTEMPT], JobClient.state(j)) for j in jobs
-    )
+    states = sorted((j["metadata"]["annotations"][naming.ANNOTATION_ATTEMPT], kinds.state(j)) for j in jobs)
     assert states == [("1", "Failed"), ("2", "Succeeded")], states
-    second = next(j for j in jobs if JobClient.state(j) == "Succeeded")
+    second = next(j for j in jobs if kinds.state(j) == "Succeeded")
     assert (result["name"], result["uid"], result["attempt"]) == (
         second["metadata"]["name"],
         second["metadata"]["uid"],
@@ -206,7 +188,6 @@ def test_a_new_triggerer_completes_every_deferred_task_once_after_the_old_one_is
         tis = [t for t in api.task_instances("kt_deferred_many", run_id) if t["task_id"] == "train"]
         return len(tis) == DEFERRED_TASKS and all(t["state"] == "deferred" for t in tis)
 
-    print(f"\n[{time.monotonic() - started:.0f}s] triggered")
     until(all_deferred, 120 + 10 * DEFERRED_TASKS, f"{DEFERRED_TASKS} tasks to be deferred", interval=2)
     jobs = run_jobs(sync_jobs, airflow_namespace, "kt_deferred_many", run_id)
     assert len(jobs) == DEFERRED_TASKS
@@ -223,7 +204,6 @@ def test_a_new_triggerer_completes_every_deferred_task_once_after_the_old_one_is
         return any(e.finished is None for e in watches(recording_proxy.since(since), "pytorchjobs"))
 
     until(lambda: None not in triggerers() and watching(started), 180, "the triggerer to watch the jobs")
-    print(f"[{time.monotonic() - started:.0f}s] deferred and watched")
     (old_triggerer,) = triggerers()
     old_pid = deployment.pid("triggerer")
     killed = time.monotonic()
@@ -240,13 +220,11 @@ def test_a_new_triggerer_completes_every_deferred_task_once_after_the_old_one_is
         "a new triggerer to take every trigger over and watch the jobs",
         interval=2,
     )
-    print(f"[{time.monotonic() - started:.0f}s] taken over")
     finish_pods(kubectl, airflow_namespace, [j["metadata"]["name"] for j in jobs])
     assert runs.wait("kt_deferred_many", run_id, timeout=300 + 10 * DEFERRED_TASKS) == "success", runs.logs(
         "kt_deferred_many", run_id
     )
 
-    print(f"[{time.monotonic() - started:.0f}s] done")
     by_index = {int(j["metadata"]["labels"][naming.LABEL_MAP_INDEX]): j for j in jobs}
     for index in range(DEFERRED_TASKS):
         result = api.xcom("kt_deferred_many", run_id, "train", map_index=index)
@@ -310,7 +288,6 @@ def test_a_retry_after_the_worker_was_killed_reattaches_to_the_running_job(
     assert len(creates(recording_proxy, started, airflow_namespace)) == 1
 
 
-@pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="items 1-4 on Airflow 2.11; these on Airflow 3")
 def test_marking_a_running_task_failed_deletes_its_job(
     runs: Runs, api: AirflowApi, sync_jobs: JobClient, airflow_namespace: str
 ) -> None:
@@ -327,7 +304,6 @@ def test_marking_a_running_task_failed_deletes_its_job(
     assert [t["state"] for t in api.tries("kt_single", run_id, "train")] == ["failed"]
 
 
-@pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="items 1-4 on Airflow 2.11; these on Airflow 3")
 def test_clearing_a_succeeded_task_returns_its_result_without_training_again(
     runs: Runs, api: AirflowApi, sync_jobs: JobClient, recording_proxy: RecordingProxy, airflow_namespace: str
 ) -> None:
@@ -348,7 +324,6 @@ def test_clearing_a_succeeded_task_returns_its_result_without_training_again(
     assert len(creates(recording_proxy, started, airflow_namespace)) == 1
 
 
-@pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="items 1-4 on Airflow 2.11; these on Airflow 3")
 def test_the_api_server_serves_the_task_s_link_to_its_job(
     runs: Runs, api: AirflowApi, dev_cluster: DevCluster, airflow_namespace: str
 ) -> None:
