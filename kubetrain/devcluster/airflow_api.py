@@ -105,8 +105,14 @@ class AirflowApi:
         return run
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        found = self.call("GET", f"/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances", limit=1000)
-        return list(found["task_instances"])
+        """Every task instance of a run, page by page (the API serves at most 100 at a time)."""
+        path = f"/dags/{dag_id}/dagRuns/{_q(run_id)}/taskInstances"
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self.call("GET", path, limit=100, offset=len(found))
+            found.extend(page["task_instances"])
+            if not page["task_instances"] or len(found) >= int(page["total_entries"]):
+                return found
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
         found: dict[str, Any] = self.call("GET", self._ti(dag_id, run_id, task_id, map_index))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubetrain.devcluster import process
+from kubetrain.devcluster.airflow_api import AirflowApi
 from kubetrain.devcluster.airflow_config import (
     UNSET_ENV,
     Layout,
@@ -87,3 +88,21 @@ def test_a_process_is_ready_only_by_a_job_row_newer_than_itself() -> None:
     assert "job_type = 'TriggererJob'" in query and "state = 'running'" in query
     assert "start_date >= to_timestamp(1700000000.500)" in query
     assert "latest_heartbeat >= now() - interval '60 seconds'" in query
+
+
+def test_every_task_instance_of_a_run_is_read_past_the_api_s_page_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The REST API serves at most 100 task instances per request; a run of 250 mapped tasks has 250."""
+    tis = [{"task_id": "train", "map_index": i} for i in range(250)]
+    asked: list[str] = []
+
+    def page(method: str, path: str, body: object = None, *, auth: bool = True) -> dict[str, object]:
+        asked.append(path)
+        offset = int(path.split("offset=")[1])
+        return {"task_instances": tis[offset : offset + 100], "total_entries": len(tis)}
+
+    api = AirflowApi("http://127.0.0.1:1", 3, "admin", "pw")
+    monkeypatch.setattr(api, "_send", page)
+    assert api.task_instances("kt", "run") == tis
+    assert len(asked) == 3
