@@ -21,6 +21,7 @@ whose stamp matches is left alone and reported as up to date.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -110,6 +111,36 @@ def go_executable() -> str:
             f"Go {out.strip()} is too old to build the control plane; install Go >= {MIN_GO[0]}.{MIN_GO[1]}"
         )
     return go
+
+
+# Upstream releases whose manifests (CRDs, webhooks) tests and benchmarks compare against, read from
+# the Go module cache: the same source the Go module proxy serves the binaries from.
+UPSTREAM_TRAINING_OPERATOR = ("github.com/kubeflow/training-operator", "v1.8.1")
+UPSTREAM_TRAINER = ("github.com/kubeflow/trainer/v2", "v2.0.0")
+
+
+def module_source(module: str, version: str) -> Path:
+    """The source tree of a Go module release, downloaded into the Go module cache (read-only)."""
+    go = go_executable()
+    done = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        cwd=paths.cache_dir(),
+        env={**_go_env(), "GOFLAGS": "-mod=mod"},
+    )
+    try:
+        info = json.loads(done.stdout)
+    except ValueError:
+        info = {}
+    if done.returncode != 0 or "Dir" not in info:
+        raise DevClusterError(
+            f"cannot download {module}@{version} from the Go module proxy: "
+            f"{info.get('Error') or done.stderr.strip() or done.stdout.strip()}"
+        )
+    return Path(info["Dir"])
 
 
 def _module_files(module: str) -> dict[str, bytes]:

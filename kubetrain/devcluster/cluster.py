@@ -108,7 +108,15 @@ class ComponentStatus:
     healthy: bool
 
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok", "process-node")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kwok",
+    "provisioner",
+    "process-node",
+)
 PROCESS_NODE = "kubetrain-process-node"
 
 
@@ -325,6 +333,19 @@ class DevCluster:
                 HealthCheck(f"http://127.0.0.1:{ports['kwok']}/healthz"),
                 ports["kwok"],
             ),
+            Component(
+                "provisioner",
+                [
+                    sys.executable,
+                    "-m",
+                    "kubetrain.devcluster.provisioner",
+                    f"--kubeconfig={self._component_kubeconfig('provisioner')}",
+                    f"--root={self.state_dir / 'volumes'}",
+                    f"--port={ports['provisioner']}",
+                ],
+                HealthCheck(f"http://127.0.0.1:{ports['provisioner']}/healthz"),
+                ports["provisioner"],
+            ),
             *([self._process_node(ports, options)] if options.process_node else []),
         ]
 
@@ -340,7 +361,6 @@ class DevCluster:
                 f"--name={PROCESS_NODE}",
                 f"--state-dir={self.state_dir / 'process-node'}",
                 f"--kubeconfig={self._component_kubeconfig('process-node')}",
-                f"--provisioner-kubeconfig={self._component_kubeconfig('provisioner')}",
                 f"--port={ports['process-node']}",
                 f"--cert={cert}",
                 f"--key={key}",
@@ -490,7 +510,7 @@ def _health_for(component: str, port: int | None, token: str, ca: Path) -> Healt
         return HealthCheck(f"http://127.0.0.1:{port}/health")
     if component == "kube-apiserver":
         return HealthCheck(f"https://127.0.0.1:{port}/readyz", token=token, ca_file=ca)
-    if component == "kwok":
+    if component in ("kwok", "provisioner"):
         return HealthCheck(f"http://127.0.0.1:{port}/healthz")
     if component == "process-node":
         return HealthCheck(f"https://127.0.0.1:{port}/healthz", ca_file=ca)

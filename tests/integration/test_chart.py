@@ -47,12 +47,28 @@ def test_defaults_match_the_kustomize_install() -> None:
         "ClusterRole/kubetrain-edit",
         "ClusterRole/kubetrain-view",
         "ClusterRoleBinding/kubetrain-controller",
+        "ConfigMap/kubeflow-trainer-public",
         "Deployment/kubetrain-controller",
+        "Namespace/kubeflow-system",
+        "Role/kubeflow-trainer-public",
         "Role/kubetrain-leader-election",
+        "RoleBinding/kubeflow-trainer-public",
         "RoleBinding/kubetrain-leader-election",
         "Service/kubetrain-controller-metrics",
         "ServiceAccount/kubetrain-controller",
     ]
+    standalone = list(
+        yaml.safe_load_all((REPO / "deploy" / "overlays" / "standalone" / "trainer-public.yaml").read_text())
+    )
+    for expected in standalone:
+        rendered = next(
+            d
+            for d in documents
+            if (d["kind"], d["metadata"]["name"]) == (expected["kind"], expected["metadata"]["name"])
+        )
+        for key in ("data", "rules", "roleRef", "subjects"):
+            assert rendered.get(key) == expected.get(key), (expected["kind"], key)
+    assert not any(d["kind"] == "ConfigMap" for d in render("trainerPublic.enabled=false"))
     role = next(
         d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubetrain-controller"
     )
@@ -87,7 +103,7 @@ def test_values_reach_the_controller() -> None:
         "--enable-scheme=PyTorchJob",
         "--enable-scheme=TrainJob",
     ]
-    assert not any(d["kind"] == "Role" for d in documents)
+    assert not any(d["metadata"]["name"] == "kubetrain-leader-election" for d in documents)
     role = next(d for d in documents if d["kind"] == "ClusterRole")
     assert any("secrets" in rule["resources"] for rule in role["rules"])
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from kubetrain.devcluster.cluster import DevCluster
+from kubetrain.devcluster import build
+from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.devcluster.nodes import GPU_RESOURCE
 from tests.docs_commands import run_documented, shell_env
 
@@ -64,6 +67,7 @@ def test_every_component_reports_healthy(dev_cluster: DevCluster) -> None:
         "kube-scheduler",
         "kube-controller-manager",
         "kwok",
+        "provisioner",
         "process-node",
     ]
     assert all(s.running and s.healthy for s in statuses), statuses
@@ -176,3 +180,35 @@ async def test_owner_deletion_garbage_collects_dependents(core: client.CoreV1Api
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the garbage collector did not delete the owned pod")
+
+
+def test_claims_bind_on_a_cluster_without_the_process_node(tmp_path: Path) -> None:
+    # As the upstream examples that mount a claim need (TFJob mnist, multi-worker): their pods are
+    # only scheduled, on a simulated node too, once the claim is bound.
+    cluster = DevCluster(tmp_path / "no-process-node")
+    cluster.up(ClusterOptions(gpu_nodes=0, cpu_nodes=1, process_node=False))
+    try:
+        kubectl = [str(build.binary_path("kubectl")), f"--kubeconfig={cluster.kubeconfig}"]
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+        pod = {"apiVersion": "v1", "kind": "Pod", **_pod("reader")}
+        pod["metadata"]["namespace"] = "default"
+        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        for body in (claim, pod):
+            subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(body), text=True, check=True)
+        for what, condition in (
+            ("pvc/data", "jsonpath={.status.phase}=Bound"),
+            ("pod/reader", "condition=PodScheduled"),
+        ):
+            subprocess.run(
+                [*kubectl, "wait", what, f"--for={condition}", "--timeout=60s"],
+                check=True,
+                capture_output=True,
+            )
+    finally:
+        cluster.down()

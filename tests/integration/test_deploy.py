@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from tests.support import Jobs, eventually, pytorchjob, runs_for, training_runti
 @pytest.fixture(scope="module")
 def controller_namespace(kubectl: Kubectl) -> str:
     kubectl("apply", "-f", str(REPO / "deploy" / "base" / "namespace.yaml"))
+    # A server dry run creates no namespace for the namespaced objects of the same apply to land in.
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=kubectl("create", "namespace", "kubeflow-system", "--dry-run=client", "-o", "yaml").stdout,
+    )
     return "kubetrain-system"
 
 
@@ -68,6 +76,18 @@ def test_the_install_as_documented_rolls_out(shell: dict[str, str], kubectl: Kub
         )
         pods = run_documented("docs/installing.md", "kubectl -n kubetrain-system get pods", env=shell).stdout
         assert pods.count("Running") == 2, pods
+        # What the Kubeflow Trainer SDK reads on connecting, readable by any authenticated user.
+        public = kubectl(
+            "get",
+            "configmap",
+            "kubeflow-trainer-public",
+            "-n",
+            "kubeflow-system",
+            "-o",
+            "json",
+            "--as=system:serviceaccount:default:default",
+        ).stdout
+        assert json.loads(public)["data"]["kubeflow_trainer_version"] == "v2.3.0"
         crds = run_documented("docs/installing.md", "kubectl get crd", env=shell).stdout
         assert "pytorchjobs.kubeflow.org" in crds and "trainjobs.trainer.kubeflow.org" in crds
         run_documented("docs/installing.md", "kubetrain list -A", env=shell)

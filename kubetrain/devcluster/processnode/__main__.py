@@ -18,7 +18,6 @@ def main() -> None:
     parser.add_argument("--name", default="kubetrain-process-node")
     parser.add_argument("--state-dir", type=Path, required=True, help="where pods' files and volumes live")
     parser.add_argument("--kubeconfig", required=True, help="the node's own identity (system:node:<name>)")
-    parser.add_argument("--provisioner-kubeconfig", required=True, help="identity of the volume provisioner")
     parser.add_argument(
         "--port", type=int, required=True, help="HTTPS port of the log endpoint, on 127.0.0.1"
     )
@@ -36,7 +35,6 @@ def main() -> None:
 
 async def run(args: argparse.Namespace) -> None:
     kube = await KubeClient.from_kubeconfig(args.kubeconfig)
-    admin = await KubeClient.from_kubeconfig(args.provisioner_kubeconfig)
     server = kube.api.configuration.host or ""
     settings = Settings(
         name=args.name,
@@ -49,7 +47,7 @@ async def run(args: argparse.Namespace) -> None:
         api_server=server,
         fake_gpus=args.gpus,
     )
-    agent = Agent(settings, kube, admin)
+    agent = Agent(settings, kube)
     task = asyncio.create_task(agent.run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,7 +61,6 @@ async def run(args: argparse.Namespace) -> None:
     if task in done and task.exception():
         raise task.exception()  # type: ignore[misc]
     await kube.close()
-    await admin.close()
 
 
 if __name__ == "__main__":

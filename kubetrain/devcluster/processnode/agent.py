@@ -8,8 +8,8 @@ by their service names. It is a development tool: it listens on loopback only,
 talks only to its own cluster's API server, and its log endpoint accepts only
 clients with a certificate from that cluster's CA (the API server).
 
-Everything a pod needs lives under ``<state>/pods/<uid>``; persistent volumes
-under ``<state>/volumes``.
+Everything a pod needs lives under ``<state>/pods/<uid>``; a claim's volume is the
+directory the dev cluster's provisioner made for it (``kubetrain.devcluster.provisioner``).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import logserver, network, volumes
+from kubetrain.devcluster.processnode import logserver, network
 from kubetrain.devcluster.processnode.pods import PodWorker
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
-from kubetrain.kube.resources import LEASES, PODS, SERVICES, Resource
+from kubetrain.kube.resources import CONFIGMAPS, LEASES, PODS, SECRETS, SERVICES, Resource
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -103,10 +103,9 @@ def _memory_bytes() -> int:
 
 
 class Agent:
-    def __init__(self, settings: Settings, kube: KubeClient, admin: KubeClient) -> None:
+    def __init__(self, settings: Settings, kube: KubeClient) -> None:
         self.settings = settings
         self.kube = kube
-        self.admin = admin
         self.addresses = network.AddressPool()
         real = detect_gpus()
         self.gpus = GpuAllocator(real)
@@ -138,7 +137,7 @@ class Agent:
         }
 
     async def lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
-        resource = volumes.CONFIGMAPS if kind == "ConfigMap" else volumes.SECRETS
+        resource = CONFIGMAPS if kind == "ConfigMap" else SECRETS
         return await self.kube.get(resource, name, namespace)
 
     # -- pods ------------------------------------------------------------------------------------
@@ -310,9 +309,8 @@ class Agent:
         await self.register()
         self.services.start()
         await self.services.wait_synced()
-        provisioner = volumes.Provisioner(self.admin, self.settings.state_dir / "volumes")
         server = await logserver.serve(self, self._server_context())
-        tasks = [asyncio.create_task(self.heartbeat()), asyncio.create_task(provisioner.run())]
+        tasks = [asyncio.create_task(self.heartbeat())]
         self.pods.start()
         await self.pods.wait_synced()
         if ready is not None:
