@@ -256,8 +256,7 @@ def setup_commands(plan: Plan) -> list[list[str]]:
                 "create",
                 "--username",
                 ADMIN,
-                "--password",
-                plan.secrets.admin_password,
+                f"--password={plan.secrets.admin_password}",  # a generated one may start with "-"
                 "--role",
                 "Admin",
                 "--email",

@@ -22,7 +22,7 @@ from kubetrain.devcluster.airflow_config import (
     setup_commands,
 )
 
-SECRETS = Secrets(fernet_key="f" * 44, jwt_secret="jwt", secret_key="key", admin_password="pw")
+SECRETS = Secrets(fernet_key="f" * 44, jwt_secret="jwt", secret_key="key", admin_password="-pw")
 PORTS = {"postgres": 5001, "api": 5002, "worker-logs": 5003, "trigger-logs": 5004}
 
 
@@ -68,6 +68,7 @@ def test_the_connection_names_the_cluster_s_kubeconfig_and_only_2_11_creates_a_u
     assert '{"kube_config_path": "/cluster/kubeconfig"}' in three[1]
     assert [c[3] for c in three] == ["db", "connections"]
     assert [c[3] for c in two] == ["db", "connections", "users"]
+    assert "--password=-pw" in two[2], "a password that starts with '-' must not read as an option"
 
 
 def test_the_caller_s_airflow_settings_do_not_reach_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
