@@ -162,10 +162,10 @@ def test_a_deferred_task_waits_in_the_triggerer_whose_database_row_holds_no_secr
     logs = deployment.layout.home / "logs" / "dag_id=kt_deferred_many" / f"run_id={run_id}"
     (trigger_log,) = logs.rglob(f"*.trigger.{triggerer_id}.log")
     assert f"PyTorchJob {airflow_namespace}/{name}: " in trigger_log.read_text()
-    triggerer_log = deployment.log_path("triggerer").read_text()
-    if AIRFLOW_V_3_0_PLUS:  # Airflow 3's triggerer counts its triggers; 2.11's names each one
-        assert "triggers currently running" in triggerer_log
-    else:
+    if (
+        not AIRFLOW_V_3_0_PLUS
+    ):  # 2.11's triggerer also names each trigger in its own log (3's only counts them)
+        triggerer_log = deployment.log_path("triggerer").read_text()
         assert f"trigger kt_deferred_many/{run_id}/train/0/1 (ID {trigger_id}) starting" in triggerer_log
 
 
