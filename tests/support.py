@@ -67,6 +67,15 @@ def start_controller_process(
         )
 
 
+def wait_controller_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    """Until the controller process of ``start_controller_process`` logs that it runs."""
+    deadline = time.monotonic() + timeout
+    while "controller started" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the controller did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
 class ControllerHandle:
     """An in-process controller scoped to one namespace, started and stopped by the test."""
 

@@ -477,7 +477,11 @@ class DevCluster:
             process.stop(state.pids[name])
 
     def down(self) -> bool:
-        """Stop every component and remove the state dir; returns whether anything was there."""
+        """Stop every component (and an Airflow deployment in the state dir) and remove the state dir;
+        returns whether anything was there."""
+        from kubetrain.devcluster.airflow_deploy import AirflowDeployment  # it imports this module
+
+        AirflowDeployment(self.state_dir / "airflow").down()
         state = self.load_state() if self.state_file.exists() else None
         if state is not None:
             self._stop_all(state)
