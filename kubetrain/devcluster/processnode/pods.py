@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import containers, env, network, volumes
+from kubetrain.devcluster.processnode import containers, env, isolation, network, volumes
 from kubetrain.kube import errors
 from kubetrain.kube.resources import PODS
 
@@ -327,6 +327,11 @@ class PodWorker:
             process_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
         for name, value in values.items():
             process_env[name] = self._rewrite(value, mounts)
+        process_env.update(
+            isolation.env(
+                self.agent.netshim, self.address, self.dir / "ports", process_env.get("LD_PRELOAD", "")
+            )
+        )
         argv = [self._rewrite(a, mounts) for a in argv]
         log_path = container_dir / "logs" / f"{state.restarts}.log"
         return containers.Run(argv=argv, env=process_env, cwd=workdir, log_path=log_path)
