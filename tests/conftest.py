@@ -34,7 +34,6 @@ from tests.support import ControllerHandle, Jobs, start_controller_process
 REPO = Path(__file__).resolve().parent.parent
 
 
-
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None

@@ -65,7 +65,9 @@ async def test_a_pod_with_resource_requests_runs_to_success(core: client.CoreV1A
     # The API server gives such a pod the Burstable QoS class, immutable: a status write that says
     # otherwise is refused, and the pod stayed Pending while its process ran.
     resources = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
-    await core.create_namespaced_pod(namespace, pod("sized", "print('ran')", container={"resources": resources}))
+    await core.create_namespaced_pod(
+        namespace, pod("sized", "print('ran')", container={"resources": resources})
+    )
     done = await wait_phase(core, namespace, "sized", "Succeeded", "Failed")
     assert done.status.phase == "Succeeded" and done.status.qos_class == "Burstable"
     assert await core.read_namespaced_pod_log("sized", namespace) == "ran\n"

@@ -68,7 +68,9 @@ def test_the_process_node_cannot_be_the_default_without_running() -> None:
 
 def test_the_dev_cluster_page_lists_every_option_of_dev_up() -> None:
     up = typer.main.get_command(app).commands["up"]  # type: ignore[attr-defined]
-    options = {opt for param in up.params for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--")}
+    options = {
+        opt for param in up.params for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--")
+    }
     page = (REPO / "docs" / "dev-cluster.md").read_text()
     table = page[page.index("## `kubetrain dev up`") : page.index("## Simulated nodes")]
     listed = {opt for cell in re.findall(r"^\| `([^`]+)`", table, re.M) for opt in cell.split("/")}
