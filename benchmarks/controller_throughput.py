@@ -31,16 +31,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kubetrain.api.kinds import PYTORCHJOB
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers.children import build_pod, build_service
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import job_info
-from kubetrain.controller.runtimes.gpu import GpuPlugin
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
-from kubetrain.kube.resources import NAMESPACES, PODS, PYTORCHJOBS, SERVICE_ACCOUNTS, SERVICES
+from kubetrain.kube.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -135,7 +136,7 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
     clock = PodClock(kube, namespace, workers + 1)
     clock.informer.start()
     await clock.informer.wait_synced()
-    framework = registry.by_name("PyTorchJob")
+    framework = frameworks.by_name("PyTorchJob")
     plugins = [CheckpointPlugin(), GpuPlugin()]  # what the controller applies, so the pods are the same
     objects = []
     for j in range(jobs):
@@ -235,7 +236,7 @@ async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers:
         clock = PodClock(kube, namespace, workers + 1)
         clock.informer.start()
         await clock.informer.wait_synced()
-        jobs_informer = Informer(kube, PYTORCHJOBS, namespace=namespace)
+        jobs_informer = Informer(kube, PYTORCHJOB.resource, namespace=namespace)
         jobs_informer.start()
         await jobs_informer.wait_synced()
         limit = asyncio.Semaphore(64)
@@ -245,7 +246,7 @@ async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers:
             name = f"job-{j:04d}"
             async with limit:
                 submitted[name] = time.monotonic()
-                await kube.create(PYTORCHJOBS, manifest(name, workers), namespace)
+                await kube.create(PYTORCHJOB.resource, manifest(name, workers), namespace)
 
         started = time.monotonic()
         await asyncio.gather(*(submit(j) for j in range(jobs)))

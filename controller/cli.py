@@ -12,8 +12,6 @@ import typer
 
 app = typer.Typer(help="The kubetrain controller.", no_args_is_help=True)
 
-ALL_KINDS = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob")
-
 
 @app.command("run")
 def run_command(
@@ -80,16 +78,12 @@ def run_command(
     """Reconcile Kubeflow training jobs into pods until SIGTERM."""
     # Until the event loop takes over SIGTERM, it means "exit cleanly": nothing has started yet.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from kubetrain.api.kinds import JOBS, job_kind
     from kubetrain.controller.main import Options, configure_logging, run
-    from kubetrain.controller.runtimes import registry
     from kubetrain.kube.leader import LeadershipLostError
 
     try:
-        kinds = (
-            tuple("TrainJob" if k.lower() == "trainjob" else registry.by_name(k).kind for k in enable_scheme)
-            if enable_scheme
-            else ALL_KINDS
-        )
+        kinds = tuple(job_kind(k).kind for k in enable_scheme or [k.kind for k in JOBS])
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--enable-scheme") from None
     if log_format not in ("text", "json"):

@@ -27,28 +27,21 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
-from kubetrain.controller import metrics, preflight
+from kubetrain.api import kinds as api_kinds
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.controller import frameworks, metrics, preflight
+from kubetrain.controller.plugins.gang import gang_scheduler
+from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
+from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
-from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, UPSTREAM_MANAGED_BY, Settings, V1JobReconciler
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.framework import PodPlugin
-from kubetrain.controller.runtimes.gang import GangScheduler
-from kubetrain.controller.runtimes.init_container import MasterWaitPlugin
+from kubetrain.controller.reconcilers.v1job import V1JobReconciler
+from kubetrain.controller.state import PodPlugin
 from kubetrain.kube import leader
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Informer, controller_owner_uid
-from kubetrain.kube.resources import (
-    CLUSTER_TRAINING_RUNTIMES,
-    CONFIGMAPS,
-    CRDS,
-    PODS,
-    SERVICES,
-    TRAINING_RUNTIMES,
-    TRAINJOBS,
-    Resource,
-)
+from kubetrain.kube.resources import CONFIGMAPS, CRDS, PODS, SERVICES, Resource
 from kubetrain.kube.runner import Runner
 from kubetrain.kube.workqueue import WorkQueue
 
@@ -56,7 +49,6 @@ log = logging.getLogger("kubetrain.controller")
 
 V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
 TRAINJOB_CHILD_SELECTOR = naming.JOBSET_NAME  # and of TrainJobs
-TRAINJOB = "TrainJob"
 
 
 @dataclass
@@ -65,7 +57,7 @@ class Options:
 
     kubeconfig: str | None = None
     namespace: str | None = None
-    kinds: tuple[str, ...] = (*(f.kind for f in registry.FRAMEWORKS.values()), TRAINJOB)
+    kinds: tuple[str, ...] = tuple(k.kind for k in api_kinds.JOBS)
     workers: int = 4
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
@@ -91,14 +83,13 @@ class Options:
             raise ValueError(f"--managed-by must be compatible or kubetrain (got {self.managed_by!r})")
         managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
         if self.managed_by == "compatible":
-            managed |= {None, "", UPSTREAM_MANAGED_BY}
-        plugins: list[PodPlugin] = []
+            managed |= {None, "", naming.MANAGED_BY_TRAINING_OPERATOR}
+        plugins: dict[str, tuple[PodPlugin, ...]] = {}
         if self.pytorch_init_container:
-            plugins.append(
-                MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
-            )
-        gang = GangScheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
-        return Settings(managed_by=managed, gang=gang, extra_plugins=tuple(plugins))
+            wait = MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
+            plugins[PYTORCHJOB.kind] = (wait,)
+        gang = gang_scheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
+        return Settings(managed_by=managed, gang=gang, extra_plugins=plugins)
 
     def leader_timings(self) -> leader.Timings:
         """The leader-election timings (raises ValueError unless retry < renew deadline < lease)."""
@@ -126,7 +117,7 @@ class Manager:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _installed(self, resource: Resource) -> bool:
-        return await self.kube.get(CRDS, str(resource)) is not None
+        return await self.kube.get(CRDS, str(resource)) is not None  # the CRD's name: <plural>.<group>
 
     async def start(self) -> None:
         """Start informers, wait for them to sync, then start the workers."""
@@ -142,7 +133,7 @@ class Manager:
         self.informers += [pods, services]
         pod_groups = None
         if settings.gang is not None:
-            if not await self._installed(settings.gang.resource) and not settings.gang.native:
+            if not await self._installed(settings.gang.resource) and not settings.gang.builtin:
                 raise SystemExit(
                     f"--gang-scheduler-name={options.gang_scheduler_name} needs the "
                     f"{settings.gang.resource} CRD; install the scheduler first"
@@ -150,16 +141,15 @@ class Manager:
             pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)
             self.informers.append(pod_groups)
         for kind in options.kinds:
-            if kind == TRAINJOB:
+            if kind == TRAINJOB.kind:
                 await self._start_trainjobs(settings, pod_groups, common)
                 continue
-            framework = registry.by_name(kind)
-            if not await preflight.require_our_crd(self.kube, framework.resource):
-                log.warning(
-                    "%s is not installed (no CRD %s); not reconciling it", framework.kind, framework.resource
-                )
+            framework = frameworks.by_name(kind)
+            resource = framework.api.resource
+            if not await preflight.require_our_crd(self.kube, resource):
+                log.warning("%s is not installed (no CRD %s); not reconciling it", kind, resource)
                 continue
-            jobs = Informer(self.kube, framework.resource, **common)
+            jobs = Informer(self.kube, resource, **common)
             reconciler = V1JobReconciler(
                 kube=self.kube,
                 framework=framework,
@@ -197,24 +187,24 @@ class Manager:
         pod_groups: Informer | None,
         common: dict[str, Any],
     ) -> None:
-        needed = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES)
+        needed = (TRAINJOB.resource, TRAINING_RUNTIME.resource, CLUSTER_TRAINING_RUNTIME.resource)
         missing = [str(r) for r in needed if not await preflight.require_our_crd(self.kube, r)]
         if missing:
             log.warning("TrainJob is not installed (no CRD %s); not reconciling it", ", ".join(missing))
             return
         assert self.recorder is not None
         indexes = {OWNER_INDEX: controller_owner_uid}
-        trainjobs = Informer(self.kube, TRAINJOBS, **common)
-        runtimes = Informer(self.kube, TRAINING_RUNTIMES, **common)
+        trainjobs = Informer(self.kube, TRAINJOB.resource, **common)
+        runtimes = Informer(self.kube, TRAINING_RUNTIME.resource, **common)
         cluster_runtimes = Informer(
-            self.kube, CLUSTER_TRAINING_RUNTIMES, watch_timeout=common["watch_timeout"]
+            self.kube, CLUSTER_TRAINING_RUNTIME.resource, watch_timeout=common["watch_timeout"]
         )
         snapshots = Informer(self.kube, CONFIGMAPS, label_selector=naming.TRAINJOB_RUNTIME_SNAPSHOT, **common)
         pods = Informer(self.kube, PODS, label_selector=TRAINJOB_CHILD_SELECTOR, indexes=indexes, **common)
         services = Informer(self.kube, SERVICES, label_selector=TRAINJOB_CHILD_SELECTOR, **common)
         reconciler = TrainJobReconciler(
             kube=self.kube,
-            trainjobs=trainjobs,
+            jobs=trainjobs,
             runtimes=runtimes,
             cluster_runtimes=cluster_runtimes,
             snapshots=snapshots,

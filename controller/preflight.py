@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kubetrain.api import v1, v2
+from kubetrain.api import kinds, v1, v2
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import CRDS, ENDPOINT_SLICES, VALIDATING_WEBHOOKS, Resource
@@ -26,14 +26,14 @@ from kubetrain.kube.resources import CRDS, ENDPOINT_SLICES, VALIDATING_WEBHOOKS,
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 INSTALL_CRDS = "kubectl apply --server-side -f deploy/crds/ (or helm upgrade with the kubetrain chart's CRDs)"
-JOB_GROUPS = (v1.GROUP, v2.GROUP)
+JOB_GROUPS = (kinds.KUBEFLOW_GROUP, kinds.TRAINER_GROUP)
 
 
 def bookkeeping_of(group: str, kind: str) -> tuple[str, ...]:
     """The status fields the controller keeps its bookkeeping in, for a kind (none for runtimes)."""
-    if group == v1.GROUP:
+    if group == kinds.KUBEFLOW_GROUP:
         return v1.JobStatus.bookkeeping
-    if group == v2.GROUP and kind == v2.TrainJob.kind_name:
+    if group == kinds.TRAINER_GROUP and kind == kinds.TRAINJOB.kind:
         return v2.TrainJobStatus.bookkeeping
     return ()
 

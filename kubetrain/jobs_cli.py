@@ -43,14 +43,6 @@ Obj = dict[str, Any]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
 OUTPUTS = ("table", "json", "yaml")
-SHORT_KINDS = {  # the CRDs' short names, as kubectl knows them
-    "ptj": "PyTorchJob",
-    "tfj": "TFJob",
-    "xgbj": "XGBoostJob",
-    "pdj": "PaddleJob",
-    "jaxj": "JAXJob",
-    "tj": "TrainJob",
-}
 
 console = Console()
 errors = Console(stderr=True)
@@ -122,7 +114,7 @@ def resolve(client: JobClient, ref: str, namespace: str) -> Obj:
     if "/" in ref:
         kind_name, name = ref.split("/", 1)
         try:
-            kind = kinds.kind_of(SHORT_KINDS.get(kind_name.lower(), kind_name))
+            kind = kinds.kind_of(kind_name)
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)
         return client.require(kind.kind, name, namespace)

@@ -1,8 +1,13 @@
-"""Names, labels, annotations and env vars: every string contract in one place.
+"""Labels, annotations, managedBy values, names and kubetrain's env vars: the string contracts in one place.
 
-Upstream-compatible keys (``training.kubeflow.org/*``, ``jobset.sigs.k8s.io/*``)
-are facts other tools rely on; ``kubetrain.dev/*`` keys are our own contracts
-(docs/reference/annotations.md lists them for users).
+Upstream-compatible keys (``training.kubeflow.org/*``, ``trainer.kubeflow.org/*``,
+``jobset.sigs.k8s.io/*``, the gang schedulers') are facts other tools rely on;
+``kubetrain.dev/*`` keys are our own contracts (docs/reference/annotations.md
+lists them for users). ``tests/unit/test_layers.py`` fails when another module
+writes one of these keys out. Two kinds of contract live elsewhere, each in one
+place too: a kind's identity in the kind registry (``kubetrain.api.kinds``), and
+the env that wires a job's replicas together in its framework or ML policy
+(docs/reference/env.md lists it).
 """
 
 from __future__ import annotations
@@ -38,6 +43,21 @@ JOB_CONTROLLER_UID_LEGACY: Final = "controller-uid"
 JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 TRAINJOB_RUNTIME_SNAPSHOT: Final = "kubetrain.dev/runtime-snapshot-of"
+
+# -- Kubeflow Trainer v2 labels on runtimes and their replicated jobs ---------------------------------
+LABEL_TRAINER_FRAMEWORK: Final = "trainer.kubeflow.org/framework"
+LABEL_TRAINJOB_ANCESTOR: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+# -- gang schedulers: how pods point at their pod group ---------------------------------------------
+LABEL_COSCHEDULING_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins
+ANNOTATION_VOLCANO_GROUP: Final = "scheduling.k8s.io/group-name"
+ANNOTATION_VOLCANO_TASK: Final = "volcano.sh/task-spec"
+ANNOTATION_VOLCANO_QUEUE: Final = "scheduling.volcano.sh/queue-name"  # on a runtime's JobSet template
+
+# -- managedBy: which controller reconciles a job ------------------------------------------------
+MANAGED_BY_TRAINING_OPERATOR: Final = "kubeflow.org/training-operator"  # upstream v1 jobs
+MANAGED_BY_TRAINER: Final = "trainer.kubeflow.org/trainjob-controller"  # upstream TrainJobs
+MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 
 
 def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:
@@ -86,7 +106,7 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 # -- the controller -------------------------------------------------------------------------------
-MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"
+MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"  # jobs only kubetrain reconciles
 RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the runtime patches the client writes
 
 # -- the dev cluster's process node --------------------------------------------------------------

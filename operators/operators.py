@@ -41,10 +41,11 @@ from kubernetes_asyncio.client import ApiException
 
 from kubetrain import naming
 from kubetrain.api import v2
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, v1_kind
 from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
-from kubetrain.controller.runtimes import trainjob as trainjob_runtime
+from kubetrain.controller.trainer import build as trainjob_runtime
 from kubetrain.kube.resources import PVCS
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
@@ -237,11 +238,11 @@ async def _live_runtime(aio: AsyncJobClient, trainjob: Obj, namespace: str) -> O
         found: Obj
         if (ref.get("kind") or "ClusterTrainingRuntime") == "TrainingRuntime":
             found = await aio.custom.get_namespaced_custom_object(
-                v2.GROUP, v2.VERSION, namespace, "trainingruntimes", name
+                v2.GROUP, v2.VERSION, namespace, TRAINING_RUNTIME.plural, name
             )
         else:
             found = await aio.custom.get_cluster_custom_object(
-                v2.GROUP, v2.VERSION, "clustertrainingruntimes", name
+                v2.GROUP, v2.VERSION, CLUSTER_TRAINING_RUNTIME.plural, name
             )
     except ApiException as exc:
         if exc.status in (403, 404):
@@ -517,9 +518,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         return body
 
     def _replicas(self) -> dict[str, int]:
-        workers = {"TFJob": "Worker", "XGBoostJob": "Worker", "PaddleJob": "Worker", "JAXJob": "Worker"}
-        first = {"XGBoostJob": {"Master": 1}}.get(self.kind, {})
-        return {**first, workers[self.kind]: self.num_workers}
+        leaders = v1_kind(
+            self.kind
+        ).leaders  # Workers alone can run the job, unless they cannot decide success
+        first = {} if "Worker" in leaders else {leaders[0]: 1}
+        return {**first, "Worker": self.num_workers}
 
     @staticmethod
     def _load_manifest(job: Obj | str) -> Obj:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
+from kubetrain.api import kinds
 from kubetrain.controller import metrics
 from kubetrain.controller.main import Manager, Options
 from kubetrain.kube.client import KubeClient
@@ -104,9 +105,8 @@ class Jobs:
 
     @staticmethod
     def _resource(kind: str) -> tuple[str, str, str]:
-        if kind in ("TrainJob", "TrainingRuntime"):
-            return "trainer.kubeflow.org", "v1alpha1", kind.lower() + "s"
-        return "kubeflow.org", "v1", kind.lower() + "s"
+        found = kinds.any_kind(kind)
+        return found.group, found.version, found.plural
 
     async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         group, version, plural = self._resource(manifest["kind"])

@@ -10,7 +10,8 @@ import copy
 from collections.abc import Sequence
 
 from kubetrain import naming
-from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodPlugin, replica_labels
+from kubetrain.controller.frameworks.base import JobInfo, replica_labels
+from kubetrain.controller.state import Obj, PodPlugin
 
 
 def build_pod(info: JobInfo, rtype: str, index: int, plugins: Sequence[PodPlugin]) -> Obj:

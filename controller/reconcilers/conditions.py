@@ -1,98 +1,55 @@
-"""Job conditions of the v1 kinds: upstream's bookkeeping, with the current state always last.
+"""Job conditions, with the current state always last: one set of rules for every kind.
 
 Upstream appends a changed condition at the end, and ``kubectl get`` shows the
 type of the last condition as the job's State, whatever its status, so a
 resumed job showed ``Suspended``. Here every write also moves False conditions
 before True ones, so the last condition is always a True one and the State
-column is always right: Created, Running, Restarting, Suspended, Succeeded or
-Failed. Otherwise the rules are upstream's:
+column is always right. Otherwise the rules are upstream's:
 
-* a Failed=True job is terminal: no further condition changes;
+* a terminal condition that is True ends all bookkeeping: no further changes;
 * the same type with the same status and reason is left alone (timestamps too);
 * Running and Restarting replace each other;
-* finishing (Succeeded or Failed) turns Running and Restarting to False (and
-  ReplicaFailure: a finished job creates nothing more).
+* finishing (success or Failed) turns the conditions a finished job can no
+  longer be in False (Running, Restarting, and ReplicaFailure: a finished v1
+  job creates nothing more).
+
+What differs between the kinds is a ``Conditions`` value: the type that says a
+job succeeded (``Succeeded`` for the v1 kinds, ``Complete`` for a TrainJob),
+which True conditions are terminal, and whether conditions carry upstream v1's
+``lastUpdateTime`` (a TrainJob's are ``metav1.Condition``, which has none).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 CREATED = "Created"
 RUNNING = "Running"
 RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
+COMPLETE = "Complete"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
 REPLICA_FAILURE = "ReplicaFailure"  # pods cannot be created (as ReplicaSets say it), while retrying
 
 Condition = dict[str, Any]
+Status = dict[str, Any]
 
 
-def find(status: dict[str, Any], ctype: str) -> Condition | None:
+def find(status: Status, ctype: str) -> Condition | None:
     for condition in status.get("conditions") or []:
         if condition.get("type") == ctype:
             return dict(condition)
     return None
 
 
-def is_true(status: dict[str, Any], ctype: str) -> bool:
+def is_true(status: Status, ctype: str) -> bool:
     condition = find(status, ctype)
     return condition is not None and condition.get("status") == "True"
 
 
-def is_finished(status: dict[str, Any]) -> bool:
-    return is_true(status, SUCCEEDED) or is_true(status, FAILED)
-
-
-def set_condition(
-    status: dict[str, Any], ctype: str, *, reason: str, message: str, now: str, true: bool = True
-) -> bool:
-    """Record a condition; returns whether anything changed."""
-    conditions: list[Condition] = list(status.get("conditions") or [])
-    if is_true(status, FAILED):
-        return False
-    value = "True" if true else "False"
-    existing = next((c for c in conditions if c.get("type") == ctype), None)
-    if existing is not None and existing.get("status") == value and existing.get("reason") == reason:
-        return False
-    transition = (
-        existing["lastTransitionTime"]
-        if existing is not None and existing.get("status") == value and existing.get("lastTransitionTime")
-        else now
-    )
-    new = {
-        "type": ctype,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastUpdateTime": now,
-        "lastTransitionTime": transition,
-    }
-    kept = [c for c in conditions if c.get("type") != ctype]
-    if true and ctype == RESTARTING:
-        kept = [c for c in kept if c.get("type") != RUNNING]
-    if true and ctype == RUNNING:
-        kept = [c for c in kept if c.get("type") != RESTARTING]
-    if true and ctype in (SUCCEEDED, FAILED):
-        kept = [
-            _falsified(c, now) if c.get("type") in (RUNNING, RESTARTING, REPLICA_FAILURE) else c for c in kept
-        ]
-    kept.append(new)
-    status["conditions"] = [c for c in kept if c.get("status") != "True"] + [
-        c for c in kept if c.get("status") == "True"
-    ]
-    return True
-
-
-def set_false(status: dict[str, Any], ctype: str, *, reason: str, message: str, now: str) -> bool:
-    """Turn an existing condition False (a condition never seen stays absent)."""
-    if find(status, ctype) is None:
-        return False
-    return set_condition(status, ctype, reason=reason, message=message, now=now, true=False)
-
-
-def remove(status: dict[str, Any], ctype: str) -> bool:
+def remove(status: Status, ctype: str) -> bool:
     """Drop a condition; returns whether it was there."""
     conditions = status.get("conditions") or []
     kept = [c for c in conditions if c.get("type") != ctype]
@@ -102,13 +59,70 @@ def remove(status: dict[str, Any], ctype: str) -> bool:
     return True
 
 
-def _falsified(condition: Condition, now: str) -> Condition:
-    if condition.get("status") == "False":
-        return condition
-    return {**condition, "status": "False", "lastUpdateTime": now, "lastTransitionTime": now}
-
-
-def state(status: dict[str, Any]) -> str:
+def state(status: Status) -> str:
     """What ``kubectl get`` shows: the type of the last condition."""
     conditions = status.get("conditions") or []
     return str(conditions[-1]["type"]) if conditions else ""
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The condition rules of one kind of job."""
+
+    success: str  # the condition type of a job that succeeded
+    terminal: tuple[str, ...]  # True, any of these ends all changes
+    update_time: bool  # conditions carry lastUpdateTime (Kubeflow v1's JobCondition)
+    false_on_finish: tuple[str, ...] = (RUNNING, RESTARTING, REPLICA_FAILURE)
+
+    def is_finished(self, status: Status) -> bool:
+        return is_true(status, self.success) or is_true(status, FAILED)
+
+    def set(
+        self, status: Status, ctype: str, *, reason: str, message: str, now: str, true: bool = True
+    ) -> bool:
+        """Record a condition; returns whether anything changed."""
+        if any(is_true(status, terminal) for terminal in self.terminal):
+            return False
+        conditions: list[Condition] = list(status.get("conditions") or [])
+        value = "True" if true else "False"
+        existing = next((c for c in conditions if c.get("type") == ctype), None)
+        if existing is not None and existing.get("status") == value and existing.get("reason") == reason:
+            return False
+        transition = (
+            existing["lastTransitionTime"]
+            if existing is not None and existing.get("status") == value and existing.get("lastTransitionTime")
+            else now
+        )
+        new: Condition = {"type": ctype, "status": value, "reason": reason, "message": message}
+        if self.update_time:
+            new["lastUpdateTime"] = now
+        new["lastTransitionTime"] = transition
+        kept = [c for c in conditions if c.get("type") != ctype]
+        if true and ctype in (RUNNING, RESTARTING):
+            other = RESTARTING if ctype == RUNNING else RUNNING
+            kept = [c for c in kept if c.get("type") != other]
+        if true and ctype in (self.success, FAILED):
+            kept = [self._falsified(c, now) if c.get("type") in self.false_on_finish else c for c in kept]
+        kept.append(new)
+        status["conditions"] = [c for c in kept if c.get("status") != "True"] + [
+            c for c in kept if c.get("status") == "True"
+        ]
+        return True
+
+    def set_false(self, status: Status, ctype: str, *, reason: str, message: str, now: str) -> bool:
+        """Turn an existing condition False (a condition never seen stays absent)."""
+        if find(status, ctype) is None:
+            return False
+        return self.set(status, ctype, reason=reason, message=message, now=now, true=False)
+
+    def _falsified(self, condition: Condition, now: str) -> Condition:
+        if condition.get("status") == "False":
+            return condition
+        changed = {**condition, "status": "False", "lastTransitionTime": now}
+        if self.update_time:
+            changed["lastUpdateTime"] = now
+        return changed
+
+
+V1 = Conditions(success=SUCCEEDED, terminal=(FAILED,), update_time=True)
+TRAINJOB = Conditions(success=COMPLETE, terminal=(COMPLETE, FAILED), update_time=False, false_on_finish=())

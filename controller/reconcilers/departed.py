@@ -12,7 +12,7 @@ that instant loses the report, as it would lose a pod's logs.
 from __future__ import annotations
 
 from kubetrain.controller.reconcilers.observe import termination_report
-from kubetrain.controller.runtimes.framework import Obj
+from kubetrain.controller.state import Obj
 
 
 class DepartedPods:

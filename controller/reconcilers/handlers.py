@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kubetrain.controller.reconcilers.departed import DepartedPods
-from kubetrain.controller.runtimes.framework import Obj
+from kubetrain.controller.state import Obj
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler
 from kubetrain.kube.resources import Resource

@@ -36,9 +36,9 @@ from typing import Any
 from kubetrain import naming
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code, restart_count
-from kubetrain.controller.runtimes.framework import Obj, SharedPodPlugin
-from kubetrain.controller.runtimes.mlpolicy import completion_index_env
-from kubetrain.controller.runtimes.trainjob import NODE, PodSet, TrainJobInfo
+from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.trainer.policies.common import completion_index_env
+from kubetrain.controller.trainer.state import NODE, PodSet, TrainJobInfo
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
@@ -98,7 +98,7 @@ def build_pod(
     *,
     attempt: int,
     retry: int,
-    plugins: Sequence[SharedPodPlugin],
+    plugins: Sequence[PodPlugin],
 ) -> Obj:
     """Pod ``pod_index`` of child Job ``job_index`` of ``pod_set``."""
     template = copy.deepcopy(pod_set.template)

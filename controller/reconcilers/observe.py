@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.checkpoint import EXIT_FENCED
+from kubetrain.controller.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
 from kubetrain.controller.reconcilers.children import replica_of
-from kubetrain.controller.runtimes.framework import JobInfo, Obj, PodsByReplica, ReplicaCounts
+from kubetrain.controller.state import Obj
 
 FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off
 NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)
@@ -147,7 +148,7 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             counts["succeeded"] += 1
         elif phase == "Failed":
             counts["failed"] += 1
-            code = exit_code(pod, info.framework.default_container)
+            code = exit_code(pod, info.framework.api.default_container)
             if is_retryable(replica.restart_policy, code):
                 result.to_restart.append((rtype, pod))
                 failures += 1  # the pod will be recreated: one more restart
@@ -173,7 +174,7 @@ def rank0_report(info: JobInfo, pods: Iterable[Obj]) -> dict[str, Any] | None:
             and rtype is not None
             and info.framework.is_master_role(info, rtype, identity[1])
         ):
-            report = termination_report(pod, info.framework.default_container) or report
+            report = termination_report(pod, info.framework.api.default_container) or report
     return report
 
 

@@ -12,7 +12,7 @@ between three reconcile loops. One pass, level-triggered, reading caches:
    it exists (so editing or deleting a runtime never changes a running job),
    else the live runtime, which is then snapshotted; a runtime that does not
    exist yet is waited for, with a ``Created=False`` condition saying so;
-4. build the pod sets (``runtimes.trainjob``) and let the ML policy wire them;
+4. build the pod sets (``trainer.build``) and let the ML policy wire them;
    a TrainJob that cannot be built (``BuildError``) fails with that message;
 5. suspended: delete the pods; resumed: restart the deadline clock;
 6. past ``spec.activeDeadlineSeconds``: Failed, reason ``DeadlineExceeded``;
@@ -32,190 +32,88 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Unpack
 
 import yaml
 
 from kubetrain import naming
 from kubetrain.api import v2
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
-from kubetrain.controller.reconcilers import handlers, jobset
-from kubetrain.controller.reconcilers.conditions import REPLICA_FAILURE
-from kubetrain.controller.reconcilers.departed import DepartedPods
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gang import Coscheduling, GangPlugin, GangScheduler, Volcano
+from kubetrain.controller.plugins.gpu import GpuPlugin
+from kubetrain.controller.reconcilers import conditions as cond
+from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
 from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
-from kubetrain.controller.reconcilers.v1job import OWNER_INDEX, Settings, parse_time, rfc3339
+from kubetrain.controller.reconcilers.skeleton import (
+    OWNER_INDEX,
+    JobReconciler,
+    Pass,
+    Shared,
+    parse_time,
+    seconds_left,
+)
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
-    ChildWriter,
     Ownership,
-    Rejections,
     check_existing,
     ownership,
     raise_first_failure,
     require_ours,
 )
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import JobIdentity, Obj, SharedPodPlugin
-from kubetrain.controller.runtimes.gang import GangPlugin, GangScheduler
-from kubetrain.controller.runtimes.gpu import GpuPlugin
-from kubetrain.controller.runtimes.trainjob import NODE, BuildError, TrainJobInfo, build, retained_claim_of
+from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
+from kubetrain.controller.trainer.build import build, retained_claim_of
+from kubetrain.controller.trainer.state import NODE, BuildError, TrainJobInfo
 from kubetrain.kube import errors
-from kubetrain.kube.client import KubeClient
-from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
-from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer
-from kubetrain.kube.patch import merge_patch
-from kubetrain.kube.resources import (
-    CONFIGMAPS,
-    PODS,
-    SECRETS,
-    SERVICES,
-    TRAINJOBS,
-)
+from kubetrain.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 
-COMPLETE = "Complete"
-FAILED = "Failed"
-SUSPENDED = "Suspended"
-CREATED = "Created"  # only while the runtime is missing: upstream TrainJobs have no Created condition
+CONDITIONS = cond.TRAINJOB  # a TrainJob has Created only while its runtime is missing (upstream has none)
 RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 BUILD_ERROR = "BuildError"
 RUNTIME_MISSING_RETRY = 10.0
-UPSTREAM_V1_MANAGED_BY = "kubeflow.org/training-operator"
 
 
 def snapshot_name(trainjob: str) -> str:
     return f"{trainjob}-runtime-snapshot"
 
 
-# -- conditions (metav1.Condition: the State column shows the last one, so True ones go last) -------
-def find_condition(status: Obj, ctype: str) -> Obj | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
-
-
-def is_true(status: Obj, ctype: str) -> bool:
-    condition = find_condition(status, ctype)
-    return condition is not None and condition.get("status") == "True"
-
-
-def is_finished(status: Obj) -> bool:
-    return is_true(status, COMPLETE) or is_true(status, FAILED)
-
-
-def set_condition(status: Obj, ctype: str, *, true: bool, reason: str, message: str, now: str) -> bool:
-    """Record a condition; returns whether it changed. Nothing changes once the job finished."""
-    if is_finished(status):
-        return False
-    value = "True" if true else "False"
-    existing = find_condition(status, ctype)
-    if existing is not None and existing.get("status") == value and existing.get("reason") == reason:
-        return False
-    transition = (
-        existing.get("lastTransitionTime")
-        if existing is not None and existing.get("status") == value
-        else None
-    )
-    entry = {
-        "type": ctype,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": transition or now,
-    }
-    kept = [c for c in status.get("conditions") or [] if c.get("type") != ctype] + [entry]
-    status["conditions"] = [c for c in kept if c["status"] != "True"] + [
-        c for c in kept if c["status"] == "True"
-    ]
-    return True
-
-
-def remove_condition(status: Obj, ctype: str) -> None:
-    if find_condition(status, ctype) is not None:
-        status["conditions"] = [c for c in status["conditions"] if c.get("type") != ctype]
-
-
 @dataclass
-class _Pass:
-    job: Obj
-    status: Obj
-    original: Obj
-    pods: list[Obj]
-    now: dt.datetime
+class _Pass(Pass):
+    pods: list[Obj] = field(default_factory=list)
     gang: GangScheduler | None = None  # decided once per pass, when the pod sets are built
 
-    @property
-    def stamp(self) -> str:
-        return rfc3339(self.now)
 
-    @property
-    def key(self) -> str:
-        return f"{self.job['metadata']['namespace']}/{self.job['metadata']['name']}"
-
-    @property
-    def namespace(self) -> str:
-        return str(self.job["metadata"]["namespace"])
-
-
-class TrainJobReconciler:
+class TrainJobReconciler(JobReconciler):
     name = "trainjob"
+    resource = TRAINJOB.resource
+    conditions = CONDITIONS
 
     def __init__(
-        self,
-        *,
-        kube: KubeClient,
-        trainjobs: Informer,
-        runtimes: Informer,
-        cluster_runtimes: Informer,
-        snapshots: Informer,
-        pods: Informer,
-        services: Informer,
-        expectations: Expectations,
-        recorder: EventRecorder,
-        settings: Settings,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        self, *, runtimes: Informer, cluster_runtimes: Informer, snapshots: Informer, **shared: Unpack[Shared]
     ) -> None:
-        self.kube = kube
-        self.trainjobs = trainjobs
+        super().__init__(**shared)
         self.runtimes = runtimes
         self.cluster_runtimes = cluster_runtimes
         self.snapshots = snapshots
-        self.pods = pods
-        self.services = services
-        self.expectations = expectations
-        self.recorder = recorder
-        self.settings = settings
-        self.clock = clock
-        self.writer = ChildWriter(kube, expectations, recorder, settings.create_concurrency)
         self._snapshot_runtimes: dict[str, tuple[str, Obj]] = {}  # TrainJob key -> (resourceVersion, runtime)
-        self.rejections = Rejections()
-        self.departed = DepartedPods()
-        managed = set(settings.managed_by)
-        if UPSTREAM_V1_MANAGED_BY in managed:  # compatible mode: also take upstream TrainJobs
+        managed = set(self.settings.managed_by)
+        if naming.MANAGED_BY_TRAINING_OPERATOR in managed:  # compatible mode: also take upstream TrainJobs
             managed.add(v2.MANAGED_BY_UPSTREAM)
         self.managed_by = frozenset(managed)
 
-    # -- event handlers ------------------------------------------------------------------------------
-    def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        """Pods: settle the pod expectations, enqueue the owning TrainJob."""
-        return handlers.child_handler(TRAINJOBS, enqueue, self.expectations, self.departed)
-
-    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        """Services and runtime snapshots: enqueue the owning TrainJob (their writes are not tracked)."""
-        return handlers.child_handler(TRAINJOBS, enqueue)
-
-    def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        return handlers.job_handler(enqueue, self.expectations, on_delete=self._forget)
-
-    def _forget(self, key: str) -> None:
+    def forget(self, key: str) -> None:
+        super().forget(key)
         self._snapshot_runtimes.pop(key, None)
-        self.rejections.forget(key)
-        self.departed.forget(key)
 
     def runtime_handler(self, enqueue: Callable[[str], None]) -> Handler:
         """A runtime that appears or changes enqueues the TrainJobs still waiting for it."""
@@ -225,9 +123,9 @@ class TrainJobReconciler:
             assert obj is not None
             kind, name = obj.get("kind"), obj["metadata"]["name"]
             namespace = obj["metadata"].get("namespace")
-            for job in self.trainjobs.objects():
+            for job in self.jobs.objects():
                 ref = job.get("spec", {}).get("runtimeRef") or {}
-                if ref.get("name") != name or (ref.get("kind") or "ClusterTrainingRuntime") != kind:
+                if ref.get("name") != name or (ref.get("kind") or CLUSTER_TRAINING_RUNTIME.kind) != kind:
                     continue
                 if namespace and job["metadata"]["namespace"] != namespace:
                     continue
@@ -239,35 +137,28 @@ class TrainJobReconciler:
 
         return handle
 
-    # -- reconcile -------------------------------------------------------------------------------------
-    async def reconcile(self, key: str) -> Result:
-        cached = self.trainjobs.get(key)
-        if cached is None:
-            self.expectations.forget(key)
-            return Result()
-        if (cached.get("spec") or {}).get("managedBy") not in self.managed_by:
-            return Result()
-        if cached["metadata"].get("deletionTimestamp"):
-            return Result()
-        if not self.expectations.satisfied(key):
-            return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
+    # -- a pass ----------------------------------------------------------------------------------------
+    def manages(self, job: Obj) -> bool:
+        return (job.get("spec") or {}).get("managedBy") in self.managed_by
+
+    async def reconcile_job(self, key: str, cached: Obj) -> Result:
         job = {**cached, "metadata": copy.deepcopy(cached["metadata"])}
         status = copy.deepcopy(cached.get("status") or {})
         ctx = _Pass(
             job=job,
             status=status,
             original=copy.deepcopy(status),
-            pods=self.pods.by_index(OWNER_INDEX, job["metadata"]["uid"]),
             now=self.clock(),
+            pods=self.pods.by_index(OWNER_INDEX, job["metadata"]["uid"]),
         )
-        if is_finished(status):
+        if CONDITIONS.is_finished(status):
             return await self._finished(ctx)
         info: TrainJobInfo | None = None
         try:
             runtime = await self._runtime(ctx)
             if runtime is None:
-                await self._write_status(ctx)
-                if is_finished(status):  # an unsupported runtime kind failed it
+                await self.write_status(ctx)
+                if CONDITIONS.is_finished(status):  # an unsupported runtime kind failed it
                     return self._ttl_result(ctx)
                 return Result(requeue_after=RUNTIME_MISSING_RETRY)
             try:
@@ -290,7 +181,7 @@ class TrainJobReconciler:
                 ctx, info, False, rejected.reason, f"TrainJob {ctx.key} has failed: {rejected}"
             )
             return self._ttl_result(ctx)
-        if rejected.fail_after is None and set_condition(
+        if rejected.fail_after is None and CONDITIONS.set(
             ctx.status,
             REPLICA_FAILURE,
             true=True,
@@ -298,7 +189,7 @@ class TrainJobReconciler:
             message=str(rejected),
             now=ctx.stamp,
         ):
-            await self._write_status(ctx)
+            await self.write_status(ctx)
         raise RetryLaterError(str(rejected))
 
     async def _active(self, ctx: _Pass, info: TrainJobInfo) -> Result:
@@ -307,8 +198,8 @@ class TrainJobReconciler:
         if (job.get("spec") or {}).get("suspend") is True:
             await self._suspend(ctx, info)
             return Result()
-        if is_true(status, SUSPENDED):
-            set_condition(
+        if cond.is_true(status, SUSPENDED):
+            CONDITIONS.set(
                 status, SUSPENDED, true=False, reason="Resumed", message="TrainJob is resumed", now=ctx.stamp
             )
             self.recorder.event(job, NORMAL, "Resumed", f"TrainJob {info.name} is resumed")
@@ -334,12 +225,12 @@ class TrainJobReconciler:
             job_failures=status.get("jobFailures"),
             counted=None if legacy else status.get("countedPodRestarts") or {},
         )
-        await self._copy_report(info, obs)
+        await self._copy_report(ctx, info, obs)
         status["jobsStatus"] = jobset.jobs_status(info, obs)
         status["jobFailures"] = obs.job_failures
         status["countedPodRestarts"] = obs.counted
         fenced = fenced_failure(
-            "TrainJob",
+            TRAINJOB.kind,
             info.name,
             [
                 p["metadata"]["name"]
@@ -365,7 +256,7 @@ class TrainJobReconciler:
             metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
             self.recorder.event(info.job, WARNING, "Restarting", decision.message)
             log.info("trainjob %s restarting (attempt %d): %s", ctx.key, attempt + 1, decision.message)
-            await self._write_status(ctx)
+            await self.write_status(ctx)
             await self.writer.delete_all(
                 info.job, PODS, [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
             )
@@ -378,7 +269,7 @@ class TrainJobReconciler:
 
         if obs.stale or obs.terminating_stale:
             # Pods of an earlier restart attempt hold the hostnames; new pods wait until they are gone.
-            await self._write_status(ctx)
+            await self.write_status(ctx)
             await self.writer.delete_all(info.job, PODS, obs.stale)
             return Result()
         creates = []
@@ -402,13 +293,13 @@ class TrainJobReconciler:
             await self._prepare(info, ctx.gang)
         outcomes = await asyncio.gather(
             self.writer.create_all(info.job, PODS, creates, track=True),
-            self._write_status(ctx),
+            self.write_status(ctx),
             return_exceptions=True,
         )
         raise_first_failure(outcomes)
-        if find_condition(status, REPLICA_FAILURE) is not None:  # the pods could be created again
-            remove_condition(status, REPLICA_FAILURE)
-            await self._write_status(ctx)
+        if cond.find(status, REPLICA_FAILURE) is not None:  # the pods could be created again
+            cond.remove(status, REPLICA_FAILURE)
+            await self.write_status(ctx)
         for warning in dict.fromkeys(info.warnings):
             self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
         if creates:
@@ -425,10 +316,10 @@ class TrainJobReconciler:
             return self._snapshot_runtime(ctx.key, snapshot)
         ref = (ctx.job.get("spec") or {}).get("runtimeRef") or {}
         group = ref.get("apiGroup") or v2.GROUP
-        kind = ref.get("kind") or "ClusterTrainingRuntime"
-        if group != v2.GROUP or kind not in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        kind = ref.get("kind") or CLUSTER_TRAINING_RUNTIME.kind
+        if group != v2.GROUP or kind not in (k.kind for k in RUNTIMES):
             message = f"unsupported runtime: {kind}.{group}"
-            if set_condition(
+            if CONDITIONS.set(
                 ctx.status,
                 FAILED,
                 true=True,
@@ -438,26 +329,26 @@ class TrainJobReconciler:
             ):
                 self.recorder.event(ctx.job, WARNING, "TrainingRuntimeNotSupported", message)
             return None
-        if is_finished(ctx.status):
+        if CONDITIONS.is_finished(ctx.status):
             return None
         name = ref.get("name", "")
         live = (
             self.runtimes.get(f"{meta['namespace']}/{name}")
-            if kind == "TrainingRuntime"
+            if kind == TRAINING_RUNTIME.kind
             else self.cluster_runtimes.get(name)
         )
         if live is None:
-            where = f" in namespace {meta['namespace']}" if kind == "TrainingRuntime" else ""
+            where = f" in namespace {meta['namespace']}" if kind == TRAINING_RUNTIME.kind else ""
             message = (
-                f"{kind} {name!r} not found{where}; create it (kubectl get clustertrainingruntimes lists "
-                "the installed ones) or fix spec.runtimeRef"
+                f"{kind} {name!r} not found{where}; create it (kubectl get {CLUSTER_TRAINING_RUNTIME.plural} "
+                "lists the installed ones) or fix spec.runtimeRef"
             )
-            set_condition(
+            CONDITIONS.set(
                 ctx.status, CREATED, true=False, reason=RUNTIME_NOT_FOUND, message=message, now=ctx.stamp
             )
             self.recorder.event(ctx.job, WARNING, "TrainJobResourcesCreationFailed", message)
             return None
-        remove_condition(ctx.status, CREATED)
+        cond.remove(ctx.status, CREATED)
         runtime = {
             "apiVersion": v2.API_VERSION,
             "kind": kind,
@@ -503,8 +394,8 @@ class TrainJobReconciler:
         self, ctx: _Pass, info: TrainJobInfo | None, complete: bool, reason: str, message: str
     ) -> None:
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
-        remove_condition(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
-        set_condition(
+        cond.remove(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
+        CONDITIONS.set(
             ctx.status,
             COMPLETE if complete else FAILED,
             true=True,
@@ -512,7 +403,7 @@ class TrainJobReconciler:
             message=message,
             now=ctx.stamp,
         )
-        await self._write_status(ctx)
+        await self.write_status(ctx)
         counter = metrics.jobs_successful if complete else metrics.jobs_failed
         counter.labels(ctx.namespace, _framework(info)).inc()
         self.recorder.event(ctx.job, NORMAL if complete else WARNING, reason, message)
@@ -525,17 +416,14 @@ class TrainJobReconciler:
         if info is not None:
             ctx.gang = self._gang(info)
             obs = jobset.observe(info, ctx.pods, int(ctx.status.get("restarts") or 0))
-            await self._copy_report(info, obs)  # rank 0's report can land after another pod failed the job
+            await self._copy_report(
+                ctx, info, obs
+            )  # rank 0's report can land after another pod failed the job
         await self._cleanup(ctx)
-        await self._write_status(ctx)
+        await self.write_status(ctx)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
-            meta = ctx.job["metadata"]
-            if await self.kube.delete(TRAINJOBS, meta["name"], meta["namespace"], uid=meta["uid"]):
-                metrics.jobs_deleted.labels(meta["namespace"], _framework(info)).inc()
-                self.recorder.event(
-                    ctx.job, NORMAL, "SuccessfulDeleteJob", f"Deleted TrainJob {meta['name']} (TTL)"
-                )
+            await self.delete_expired(ctx, _framework(info), f"Deleted TrainJob {ctx.name} (TTL)")
             return Result()
         return ttl
 
@@ -568,7 +456,7 @@ class TrainJobReconciler:
         live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
         obs = jobset.observe(info, [], int(ctx.status.get("restarts") or 0))
         ctx.status["jobsStatus"] = jobset.jobs_status(info, obs, suspended=True)
-        if set_condition(
+        if CONDITIONS.set(
             ctx.status,
             SUSPENDED,
             true=True,
@@ -577,7 +465,7 @@ class TrainJobReconciler:
             now=ctx.stamp,
         ):
             self.recorder.event(info.job, NORMAL, "Suspended", f"TrainJob {info.name} is suspended")
-        await self._write_status(ctx)
+        await self.write_status(ctx)
         await self.writer.delete_all(info.job, PODS, live)
 
     def _deadline(self, ctx: _Pass) -> float | None:
@@ -585,25 +473,22 @@ class TrainJobReconciler:
         limit = (ctx.job.get("spec") or {}).get("activeDeadlineSeconds")
         if not limit:
             return None
-        resumed = find_condition(ctx.status, SUSPENDED)
+        resumed = cond.find(ctx.status, SUSPENDED)
         start = parse_time(
             resumed.get("lastTransitionTime")
             if resumed is not None and resumed.get("status") == "False"
             else ctx.job["metadata"].get("creationTimestamp")
         )
-        if start is None:
-            return None
-        return max(0.0, (start - ctx.now).total_seconds() + int(limit))
+        return seconds_left(start, limit, ctx.now)
 
     def _ttl_result(self, ctx: _Pass) -> Result:
         ttl = (ctx.job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TTL_AFTER_FINISHED)
-        finished = find_condition(ctx.status, COMPLETE if is_true(ctx.status, COMPLETE) else FAILED)
+        finished = cond.find(ctx.status, COMPLETE if cond.is_true(ctx.status, COMPLETE) else FAILED)
         if ttl is None or not ttl.isdigit() or finished is None:
             return Result()
-        done = parse_time(finished.get("lastTransitionTime"))
-        if done is None:
-            return Result()
-        return Result(requeue_after=max(0.0, (done - ctx.now).total_seconds() + int(ttl)))
+        return Result(
+            requeue_after=seconds_left(parse_time(finished.get("lastTransitionTime")), ttl, ctx.now)
+        )
 
     # -- children --------------------------------------------------------------------------------------
     def _gang(self, info: TrainJobInfo) -> GangScheduler | None:
@@ -611,18 +496,18 @@ class TrainJobReconciler:
         native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
         policy = info.gang_policy
         if policy == "volcano":
-            return GangScheduler("volcano")
+            return Volcano()
         if policy == "coscheduling":
-            if self.settings.gang is not None and self.settings.gang.native:
+            if self.settings.gang is not None and self.settings.gang.builtin:
                 return self.settings.gang
             trainer = info.trainer() or info.pod_sets[0]
-            return GangScheduler(
+            return Coscheduling(
                 str(trainer.template.get("spec", {}).get("schedulerName") or "scheduler-plugins-scheduler")
             )
         return None
 
-    def _plugins(self, gang: GangScheduler | None) -> list[SharedPodPlugin]:
-        plugins: list[SharedPodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+    def _plugins(self, gang: GangScheduler | None) -> list[PodPlugin]:
+        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         if gang is not None:
             plugins.append(GangPlugin(gang))
         return plugins
@@ -665,54 +550,35 @@ class TrainJobReconciler:
                     "controller with --gang-scheduler-name=kubernetes",
                 ) from exc
 
-    async def _copy_report(self, info: TrainJobInfo, obs: jobset.Observation) -> None:
+    async def _copy_report(self, ctx: _Pass, info: TrainJobInfo, obs: jobset.Observation) -> None:
         """Copy rank 0's report from its pods, or else from a deleted one (``DepartedPods``).
 
         A pod being deleted still counts: the controller stops a failed job's pods, and rank 0 writes its
         report as it exits."""
-        key = f"{info.namespace}/{info.name}"
-        departed = self.departed.take(key)
         trainer = info.trainer()
-        if trainer is None:
-            return
-        rank0 = next((j for j in obs.jobs if j.pod_set is trainer and j.index == 0), None)
-        candidates = [pod for pod in departed if jobset.is_rank0(pod, trainer)]
-        if rank0 is not None:
-            candidates += [
-                *rank0.failed_pods.get(0, []),
-                *([rank0.live[0]] if 0 in rank0.live else []),
-                *([rank0.terminating[0]] if 0 in rank0.terminating else []),
-            ]
-        report = None
-        for pod in candidates:
-            report = termination_report(pod, NODE) or report
-        try:
-            await self.writer.copy_report(TRAINJOBS, self.trainjobs, info.job, report)
-        except BaseException:
-            self.departed.restore(key, departed)
-            raise
 
-    async def _write_status(self, ctx: _Pass) -> None:
-        if ctx.status == ctx.original:
-            return
-        meta = ctx.job["metadata"]
-        body = {
-            "metadata": {"resourceVersion": meta["resourceVersion"]},
-            "status": merge_patch(ctx.original, ctx.status),
-        }
-        updated = await self.kube.patch(
-            TRAINJOBS, meta["name"], body, namespace=meta["namespace"], subresource="status"
-        )
-        self.trainjobs.observe_write(updated)
-        ctx.job["metadata"] = updated["metadata"]
-        ctx.original = copy.deepcopy(ctx.status)
-        conditions = [c["type"] for c in ctx.status.get("conditions") or [] if c.get("status") == "True"]
-        log.info("trainjob %s status: %s", ctx.key, ",".join(conditions) or "running")
+        def report_of(departed: list[Obj]) -> dict[str, Any] | None:
+            if trainer is None:
+                return None
+            rank0 = next((j for j in obs.jobs if j.pod_set is trainer and j.index == 0), None)
+            candidates = [pod for pod in departed if jobset.is_rank0(pod, trainer)]
+            if rank0 is not None:
+                candidates += [
+                    *rank0.failed_pods.get(0, []),
+                    *([rank0.live[0]] if 0 in rank0.live else []),
+                    *([rank0.terminating[0]] if 0 in rank0.terminating else []),
+                ]
+            report = None
+            for pod in candidates:
+                report = termination_report(pod, NODE) or report
+            return report
+
+        await self.copy_report(ctx, report_of)
 
 
 def _framework_of(runtime: Obj) -> str:
     labels: dict[str, Any] = (runtime.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(v2.FRAMEWORK_LABEL) or "trainjob")
+    return str(labels.get(naming.LABEL_TRAINER_FRAMEWORK) or "trainjob")
 
 
 def _framework(info: TrainJobInfo | None) -> str:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.controller.runtimes.framework import Obj
+from kubetrain.controller.state import Obj
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, WARNING, EventRecorder

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from kubetrain.api import k8s_schema, v1, v2
+from kubetrain import naming
+from kubetrain.api import k8s_schema, kinds, v1, v2
 from kubetrain.api.base import K8S_REF, VALIDATIONS, ApiModel
 
 JOB_CATEGORY = "kubeflow"
@@ -26,9 +27,6 @@ class CrdInfo:
     """Everything about a CRD that is not in the model's schema."""
 
     model: type[ApiModel]
-    group: str
-    version: str
-    scope: str = "Namespaced"
     categories: tuple[str, ...] = ()
     columns: tuple[dict[str, Any], ...] = ()
     scale: dict[str, str] | None = None
@@ -38,16 +36,26 @@ class CrdInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def api_kind(self) -> kinds.Kind:
+        """The kind's identity, from the registry."""
+        found: kinds.Kind = self.model.api_kind  # type: ignore[attr-defined]
+        return found
+
+    @property
     def kind(self) -> str:
-        return self.model.kind_name  # type: ignore[attr-defined, no-any-return]
+        return self.api_kind.kind
+
+    @property
+    def group(self) -> str:
+        return self.api_kind.group
 
     @property
     def plural(self) -> str:
-        return self.model.plural  # type: ignore[attr-defined, no-any-return]
+        return self.api_kind.plural
 
     @property
     def name(self) -> str:
-        return f"{self.plural}.{self.group}"
+        return self.api_kind.crd_name
 
 
 def _state_columns() -> tuple[dict[str, Any], ...]:
@@ -70,32 +78,32 @@ def _state_columns() -> tuple[dict[str, Any], ...]:
 
 
 def _v1_info(model: type[v1.TrainingJob]) -> CrdInfo:
+    kind = model.api_kind
     replicas = tuple(
         {
             "name": f"{rtype}s" if rtype != "PS" else "PS",
             "type": "integer",
-            "jsonPath": f".spec.{model.replica_field}.{rtype}.replicas",
+            "jsonPath": f".{kind.replica_path}.{rtype}.replicas",
             "priority": 0 if rtype == "Worker" else 1,
         }
-        for rtype in model.replica_types
+        for rtype in kind.replica_types
     )
     state, age, *wide = _state_columns()
     scale = None
-    if model is v1.PyTorchJob:
+    if kind.scaled_replica is not None:
+        rtype = kind.scaled_replica
         scale = {
-            "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
-            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
-            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+            "specReplicasPath": f".{kind.replica_path}.{rtype}.replicas",
+            "statusReplicasPath": f".status.replicaStatuses.{rtype}.active",
+            "labelSelectorPath": f".status.replicaStatuses.{rtype}.selector",
         }
     return CrdInfo(
         model,
-        v1.GROUP,
-        v1.VERSION,
         categories=(JOB_CATEGORY,),
         columns=(state, *replicas, age, *wide),
         scale=scale,
         name_rules=(v1.NAME_RULE,),
-        root_rules=(v1.service_name_rule(model.replica_field),),
+        root_rules=(v1.service_name_rule(kind.replica_field),),
     )
 
 
@@ -111,7 +119,7 @@ def crd_infos() -> list[CrdInfo]:
         {
             "name": "Framework",
             "type": "string",
-            "jsonPath": ".metadata.labels.trainer\\.kubeflow\\.org/framework",
+            "jsonPath": ".metadata.labels." + naming.LABEL_TRAINER_FRAMEWORK.replace(".", "\\."),
         },
         {"name": "Nodes", "type": "integer", "jsonPath": ".spec.mlPolicy.numNodes"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -121,21 +129,12 @@ def crd_infos() -> list[CrdInfo]:
         *(_v1_info(kind) for kind in v1.V1_KINDS),
         CrdInfo(
             v2.TrainJob,
-            v2.GROUP,
-            v2.VERSION,
             categories=(JOB_CATEGORY,),
             columns=trainjob_columns,
             name_rules=(name_rule, v2.TRAINJOB_NAME_RULE),
         ),
-        CrdInfo(v2.TrainingRuntime, v2.GROUP, v2.VERSION, columns=runtime_columns, status=False),
-        CrdInfo(
-            v2.ClusterTrainingRuntime,
-            v2.GROUP,
-            v2.VERSION,
-            scope="Cluster",
-            columns=runtime_columns,
-            status=False,
-        ),
+        CrdInfo(v2.TrainingRuntime, columns=runtime_columns, status=False),
+        CrdInfo(v2.ClusterTrainingRuntime, columns=runtime_columns, status=False),
     ]
 
 
@@ -231,7 +230,7 @@ def _metadata_schema(info: CrdInfo) -> dict[str, Any]:
 def crd(info: CrdInfo, expander: k8s_schema.Expander) -> dict[str, Any]:
     """One CustomResourceDefinition manifest."""
     version: dict[str, Any] = {
-        "name": info.version,
+        "name": info.api_kind.version,
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": schema_for(info, expander)},
@@ -248,8 +247,8 @@ def crd(info: CrdInfo, expander: k8s_schema.Expander) -> dict[str, Any]:
         "kind": info.kind,
         "listKind": f"{info.kind}List",
         "plural": info.plural,
-        "singular": info.kind.lower(),
-        "shortNames": list(info.model.short_names),  # type: ignore[attr-defined]
+        "singular": info.api_kind.singular,
+        "shortNames": list(info.api_kind.short_names),
     }
     if info.categories:
         names["categories"] = list(info.categories)
@@ -257,7 +256,7 @@ def crd(info: CrdInfo, expander: k8s_schema.Expander) -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": info.name, "labels": {"app.kubernetes.io/part-of": "kubetrain"}},
-        "spec": {"group": info.group, "names": names, "scope": info.scope, "versions": [version]},
+        "spec": {"group": info.group, "names": names, "scope": info.api_kind.scope, "versions": [version]},
     }
 
 

@@ -9,21 +9,25 @@ server itself rejects a bad job and no webhook server has to run.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal, cast
 
 from pydantic import Field
 from pydantic.alias_generators import to_snake
 
 from kubetrain import naming
+from kubetrain.api import kinds
 from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
+from kubetrain.api.kinds import JAXJOB, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, V1Kind
 
-GROUP = "kubeflow.org"
-VERSION = "v1"
-API_VERSION: Final = "kubeflow.org/v1"
+GROUP: Final = kinds.KUBEFLOW_GROUP
+VERSION: Final = kinds.KUBEFLOW_VERSION
+# A type cannot be computed, so the models' type spells the API version out; a test checks it.
+ApiVersion = Literal["kubeflow.org/v1"]
+API_VERSION: Final = cast(ApiVersion, PYTORCHJOB.api_version)
 
-MANAGED_BY_UPSTREAM = "kubeflow.org/training-operator"
+MANAGED_BY_UPSTREAM = naming.MANAGED_BY_TRAINING_OPERATOR
 MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
-MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_MULTIKUEUE = naming.MANAGED_BY_MULTIKUEUE
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
 
 # The most pods one replica type may ask for. Large enough for the biggest training clusters run
@@ -159,12 +163,13 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] | None = None
 
 
-def _replica_rules(path: str, *, kinds: tuple[str, ...], container: str) -> list[dict[str, str]]:
+def _replica_rules(kind: V1Kind) -> list[dict[str, str]]:
     """Rules every v1 kind shares, on its ``<x>ReplicaSpecs`` map."""
-    allowed = ", ".join(kinds)
+    path, types, container = kind.replica_path, kind.replica_types, kind.default_container
+    allowed = ", ".join(types)
     return [
         cel(
-            f"self.all(k, k in {list(kinds)!r})".replace("'", '"'),
+            f"self.all(k, k in {list(types)!r})".replace("'", '"'),
             f"{path} keys must be one of {allowed} (exact spelling)",
         ),
         cel(
@@ -184,12 +189,21 @@ def _replica_rules(path: str, *, kinds: tuple[str, ...], container: str) -> list
     ]
 
 
-def _decides_success(path: str, rtype: str, *, unless: tuple[str, ...] = ()) -> dict[str, str]:
+def replica_specs_field(kind: V1Kind, *extra: dict[str, str]) -> Any:
+    """The ``<x>ReplicaSpecs`` field of a v1 kind: the rules every kind shares, then its own."""
+    return Field(
+        alias=kind.replica_field,
+        json_schema_extra=rules(*_replica_rules(kind), *extra, maxProperties=len(kind.replica_types)),
+    )
+
+
+def _decides_success(kind: V1Kind, rtype: str, *, unless: tuple[str, ...] = ()) -> dict[str, str]:
     """``rtype`` decides when the job succeeds (unless one of ``unless`` is present), so it needs a pod.
 
     The controller counts a replica type as done when all of its replicas succeeded: with
     ``replicas: 0`` that is true at once, and the job would be Succeeded without running anything.
     """
+    path = kind.replica_path
     guard = "".join(f"has(self.{other}) || " for other in unless)
     when = f" when there is no {' or '.join(unless)}" if unless else ""
     return cel(
@@ -200,8 +214,9 @@ def _decides_success(path: str, rtype: str, *, unless: tuple[str, ...] = ()) -> 
     )
 
 
-def _needs_one_of(path: str, rtypes: tuple[str, ...]) -> dict[str, str]:
-    """At least one of ``rtypes``: without them nothing decides success, and the job would never end."""
+def _needs_a_leader(kind: V1Kind) -> dict[str, str]:
+    """At least one of the replica types that decide success: without them the job would never end."""
+    path, rtypes = kind.replica_path, kind.leaders
     listed = rtypes[0] if len(rtypes) == 1 else f"{', '.join(rtypes[:-1])} or {rtypes[-1]}"
     return cel(
         " || ".join(f"has(self.{rtype})" for rtype in rtypes),
@@ -247,19 +262,15 @@ _NAME_RULE = cel(
 class TrainingJob(ApiModel):
     """Behaviour common to the v1 kinds: where the replica map lives, which types it has."""
 
-    kind_name: ClassVar[str]
-    plural: ClassVar[str]
-    short_names: ClassVar[tuple[str, ...]]
-    replica_field: ClassVar[str]
-    replica_types: ClassVar[tuple[str, ...]]
+    api_kind: ClassVar[V1Kind]
 
-    api_version: Literal["kubeflow.org/v1"] = API_VERSION
+    api_version: ApiVersion = API_VERSION
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     status: JobStatus | None = None
 
     def replica_specs(self) -> dict[str, ReplicaSpec]:
         """The replica map, whatever the kind calls it."""
-        specs: dict[str, ReplicaSpec] = getattr(self.spec, to_snake(self.replica_field))  # type: ignore[attr-defined]
+        specs: dict[str, ReplicaSpec] = getattr(self.spec, to_snake(self.api_kind.replica_field))  # type: ignore[attr-defined]
         return specs
 
 
@@ -289,9 +300,6 @@ class ElasticPolicy(ApiModel):
     )
 
 
-_PYTORCH_PATH = "spec.pytorchReplicaSpecs"
-
-
 class PyTorchJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
     elastic_policy: ElasticPolicy | None = None
@@ -306,32 +314,26 @@ class PyTorchJobSpec(ApiModel):
             )
         ),
     ] = None
-    pytorch_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            json_schema_extra=rules(
-                *_replica_rules(_PYTORCH_PATH, kinds=("Master", "Worker"), container="pytorch"),
-                _needs_one_of(_PYTORCH_PATH, ("Master", "Worker")),
-                cel(
-                    "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
-                    f"{_PYTORCH_PATH}[Master].replicas must be 1: a PyTorchJob has exactly one Master",
-                    fieldPath=".Master.replicas",
-                ),
-                cel(
-                    "!has(self.Worker) || !has(self.Worker.replicas) || self.Worker.replicas >= 1",
-                    f"{_PYTORCH_PATH}[Worker].replicas must be at least 1; remove the Worker entry for a Master-only job",
-                    fieldPath=".Worker.replicas",
-                ),
-                maxProperties=2,
-            )
+    pytorch_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        PYTORCHJOB,
+        _needs_a_leader(PYTORCHJOB),
+        cel(
+            "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
+            f"{PYTORCHJOB.replica_path}[Master].replicas must be 1: a PyTorchJob has exactly one Master",
+            fieldPath=".Master.replicas",
         ),
-    ]
+        cel(
+            "!has(self.Worker) || !has(self.Worker.replicas) || self.Worker.replicas >= 1",
+            f"{PYTORCHJOB.replica_path}[Worker].replicas must be at least 1; remove the Worker entry for a Master-only job",
+            fieldPath=".Worker.replicas",
+        ),
+    )
 
 
 _PYTORCH_SPEC_RULES = rules(
     cel(
-        "!has(self.elasticPolicy) || has(self.pytorchReplicaSpecs.Worker)",
-        f"{_PYTORCH_PATH}[Worker] must be configured when spec.elasticPolicy is used",
+        f"!has(self.elasticPolicy) || has(self.{PYTORCHJOB.replica_field}.Worker)",
+        f"{PYTORCHJOB.replica_path}[Worker] must be configured when spec.elasticPolicy is used",
     ),
     cel(
         "!has(self.elasticPolicy) || !has(self.elasticPolicy.nProcPerNode) || !has(self.nprocPerNode)",
@@ -346,11 +348,7 @@ _PYTORCH_SPEC_RULES = rules(
 
 
 class PyTorchJob(TrainingJob):
-    kind_name: ClassVar[str] = "PyTorchJob"
-    plural: ClassVar[str] = "pytorchjobs"
-    short_names: ClassVar[tuple[str, ...]] = ("ptj",)
-    replica_field: ClassVar[str] = "pytorchReplicaSpecs"
-    replica_types: ClassVar[tuple[str, ...]] = ("Master", "Worker")
+    api_kind: ClassVar[V1Kind] = PYTORCHJOB
 
     kind: Literal["PyTorchJob"] = "PyTorchJob"
     spec: Annotated[PyTorchJobSpec, Field(json_schema_extra=_PYTORCH_SPEC_RULES)]
@@ -358,45 +356,30 @@ class PyTorchJob(TrainingJob):
 
 # -- TFJob --------------------------------------------------------------------------------------
 
-_TF_PATH = "spec.tfReplicaSpecs"
-
 
 class TFJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
     success_policy: Literal["", "AllWorkers"] | None = None
     enable_dynamic_worker: bool | None = None
-    tf_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias="tfReplicaSpecs",
-            json_schema_extra=rules(
-                *_replica_rules(
-                    _TF_PATH, kinds=("Chief", "Master", "PS", "Worker", "Evaluator"), container="tensorflow"
-                ),
-                cel(
-                    "!(has(self.Chief) && has(self.Master))",
-                    f"{_TF_PATH} must not have more than 1 Chief or Master role: use Chief or Master, not both",
-                ),
-                cel(
-                    "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
-                    "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
-                    f"{_TF_PATH}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
-                    "when the job succeeds (with 0 the job would succeed without running anything)",
-                ),
-                _needs_one_of(_TF_PATH, ("Chief", "Master", "Worker")),
-                _decides_success(_TF_PATH, "Worker", unless=("Chief", "Master")),
-                maxProperties=5,
-            ),
+    tf_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        TFJOB,
+        cel(
+            "!(has(self.Chief) && has(self.Master))",
+            f"{TFJOB.replica_path} must not have more than 1 Chief or Master role: use Chief or Master, not both",
         ),
-    ]
+        cel(
+            "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
+            "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
+            f"{TFJOB.replica_path}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
+            "when the job succeeds (with 0 the job would succeed without running anything)",
+        ),
+        _needs_a_leader(TFJOB),
+        _decides_success(TFJOB, "Worker", unless=("Chief", "Master")),
+    )
 
 
 class TFJob(TrainingJob):
-    kind_name: ClassVar[str] = "TFJob"
-    plural: ClassVar[str] = "tfjobs"
-    short_names: ClassVar[tuple[str, ...]] = ("tfj",)
-    replica_field: ClassVar[str] = "tfReplicaSpecs"
-    replica_types: ClassVar[tuple[str, ...]] = ("Chief", "Master", "PS", "Worker", "Evaluator")
+    api_kind: ClassVar[V1Kind] = TFJOB
 
     kind: Literal["TFJob"] = "TFJob"
     spec: TFJobSpec
@@ -404,44 +387,30 @@ class TFJob(TrainingJob):
 
 # -- XGBoostJob ---------------------------------------------------------------------------------
 
-_XGB_PATH = "spec.xgbReplicaSpecs"
-
 
 class XGBoostJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
-    xgb_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias="xgbReplicaSpecs",
-            json_schema_extra=rules(
-                *_replica_rules(_XGB_PATH, kinds=("Master", "Worker"), container="xgboost"),
-                cel(
-                    "has(self.Master)", f"{_XGB_PATH}[Master] must be present: an XGBoostJob needs one Master"
-                ),
-                cel(
-                    "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
-                    f"{_XGB_PATH}[Master].replicas must be 1",
-                ),
-                maxProperties=2,
-            ),
+    xgb_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        XGBOOSTJOB,
+        cel(
+            "has(self.Master)",
+            f"{XGBOOSTJOB.replica_path}[Master] must be present: an XGBoostJob needs one Master",
         ),
-    ]
+        cel(
+            "!has(self.Master) || (has(self.Master.replicas) && self.Master.replicas == 1)",
+            f"{XGBOOSTJOB.replica_path}[Master].replicas must be 1",
+        ),
+    )
 
 
 class XGBoostJob(TrainingJob):
-    kind_name: ClassVar[str] = "XGBoostJob"
-    plural: ClassVar[str] = "xgboostjobs"
-    short_names: ClassVar[tuple[str, ...]] = ("xgbj",)
-    replica_field: ClassVar[str] = "xgbReplicaSpecs"
-    replica_types: ClassVar[tuple[str, ...]] = ("Master", "Worker")
+    api_kind: ClassVar[V1Kind] = XGBOOSTJOB
 
     kind: Literal["XGBoostJob"] = "XGBoostJob"
     spec: XGBoostJobSpec
 
 
 # -- PaddleJob ----------------------------------------------------------------------------------
-
-_PADDLE_PATH = "spec.paddleReplicaSpecs"
 
 
 class PaddleElasticPolicy(ApiModel):
@@ -456,26 +425,16 @@ class PaddleElasticPolicy(ApiModel):
 class PaddleJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
     elastic_policy: PaddleElasticPolicy | None = None
-    paddle_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            json_schema_extra=rules(
-                *_replica_rules(_PADDLE_PATH, kinds=("Master", "Worker"), container="paddle"),
-                _needs_one_of(_PADDLE_PATH, ("Master", "Worker")),
-                _decides_success(_PADDLE_PATH, "Master"),
-                _decides_success(_PADDLE_PATH, "Worker", unless=("Master",)),
-                maxProperties=2,
-            )
-        ),
-    ]
+    paddle_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        PADDLEJOB,
+        _needs_a_leader(PADDLEJOB),
+        _decides_success(PADDLEJOB, "Master"),
+        _decides_success(PADDLEJOB, "Worker", unless=("Master",)),
+    )
 
 
 class PaddleJob(TrainingJob):
-    kind_name: ClassVar[str] = "PaddleJob"
-    plural: ClassVar[str] = "paddlejobs"
-    short_names: ClassVar[tuple[str, ...]] = ("pdj",)
-    replica_field: ClassVar[str] = "paddleReplicaSpecs"
-    replica_types: ClassVar[tuple[str, ...]] = ("Master", "Worker")
+    api_kind: ClassVar[V1Kind] = PADDLEJOB
 
     kind: Literal["PaddleJob"] = "PaddleJob"
     spec: PaddleJobSpec
@@ -483,31 +442,18 @@ class PaddleJob(TrainingJob):
 
 # -- JAXJob -------------------------------------------------------------------------------------
 
-_JAX_PATH = "spec.jaxReplicaSpecs"
-
 
 class JAXJobSpec(ApiModel):
     run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
-    jax_replica_specs: Annotated[
-        dict[str, ReplicaSpec],
-        Field(
-            alias="jaxReplicaSpecs",
-            json_schema_extra=rules(
-                *_replica_rules(_JAX_PATH, kinds=("Worker",), container="jax"),
-                _needs_one_of(_JAX_PATH, ("Worker",)),
-                _decides_success(_JAX_PATH, "Worker"),
-                maxProperties=1,
-            ),
-        ),
-    ]
+    jax_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
+        JAXJOB,
+        _needs_a_leader(JAXJOB),
+        _decides_success(JAXJOB, "Worker"),
+    )
 
 
 class JAXJob(TrainingJob):
-    kind_name: ClassVar[str] = "JAXJob"
-    plural: ClassVar[str] = "jaxjobs"
-    short_names: ClassVar[tuple[str, ...]] = ("jaxj",)
-    replica_field: ClassVar[str] = "jaxReplicaSpecs"
-    replica_types: ClassVar[tuple[str, ...]] = ("Worker",)
+    api_kind: ClassVar[V1Kind] = JAXJOB
 
     kind: Literal["JAXJob"] = "JAXJob"
     spec: JAXJobSpec

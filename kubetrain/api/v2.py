@@ -8,24 +8,24 @@ Job fields that shape pods are modelled; the rest is kept as given.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal, cast
 
 from pydantic import Field
 
 from kubetrain import naming
+from kubetrain.api import kinds
 from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
 
-GROUP = "trainer.kubeflow.org"
-VERSION = "v1alpha1"
-API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+GROUP: Final = kinds.TRAINER_GROUP
+VERSION: Final = kinds.TRAINER_VERSION
+# A type cannot be computed, so the models' type spells the API version out; a test checks it.
+ApiVersion = Literal["trainer.kubeflow.org/v1alpha1"]
+API_VERSION: Final = cast(ApiVersion, kinds.TRAINJOB.api_version)
 
-MANAGED_BY_UPSTREAM = "trainer.kubeflow.org/trainjob-controller"
+MANAGED_BY_UPSTREAM = naming.MANAGED_BY_TRAINER
 MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
-MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_MULTIKUEUE = naming.MANAGED_BY_MULTIKUEUE
 MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
-
-FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 _IMMUTABLE = "self == oldSelf"
 
@@ -69,7 +69,7 @@ class MetadataPatch(ApiModel):
 
 class RuntimeRef(ApiModel):
     name: str = Field(min_length=1, max_length=253)
-    api_group: str | None = Field("trainer.kubeflow.org", max_length=253)
+    api_group: str | None = Field(kinds.TRAINER_GROUP, max_length=253)
     kind: Literal["TrainingRuntime", "ClusterTrainingRuntime"] | None = Field("ClusterTrainingRuntime")
 
 
@@ -348,11 +348,9 @@ class TrainJobStatus(ApiModel):
 
 
 class TrainJob(ApiModel):
-    kind_name: ClassVar[str] = "TrainJob"
-    plural: ClassVar[str] = "trainjobs"
-    short_names: ClassVar[tuple[str, ...]] = ("tj",)
+    api_kind: ClassVar[kinds.Kind] = kinds.TRAINJOB
 
-    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    api_version: ApiVersion = API_VERSION
     kind: Literal["TrainJob"] = "TrainJob"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: Annotated[TrainJobSpec, Field(json_schema_extra=_TRAINJOB_SPEC_RULES)]
@@ -563,22 +561,18 @@ class TrainingRuntimeSpec(ApiModel):
 
 
 class TrainingRuntime(ApiModel):
-    kind_name: ClassVar[str] = "TrainingRuntime"
-    plural: ClassVar[str] = "trainingruntimes"
-    short_names: ClassVar[tuple[str, ...]] = ("tr",)
+    api_kind: ClassVar[kinds.Kind] = kinds.TRAINING_RUNTIME
 
-    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    api_version: ApiVersion = API_VERSION
     kind: Literal["TrainingRuntime"] = "TrainingRuntime"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: TrainingRuntimeSpec
 
 
 class ClusterTrainingRuntime(ApiModel):
-    kind_name: ClassVar[str] = "ClusterTrainingRuntime"
-    plural: ClassVar[str] = "clustertrainingruntimes"
-    short_names: ClassVar[tuple[str, ...]] = ("ctr",)
+    api_kind: ClassVar[kinds.Kind] = kinds.CLUSTER_TRAINING_RUNTIME
 
-    api_version: Literal["trainer.kubeflow.org/v1alpha1"] = API_VERSION
+    api_version: ApiVersion = API_VERSION
     kind: Literal["ClusterTrainingRuntime"] = "ClusterTrainingRuntime"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: TrainingRuntimeSpec

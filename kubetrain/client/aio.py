@@ -44,12 +44,8 @@ T = TypeVar("T")
 LOG_TAIL = 30
 
 MODELS: dict[str, type[ApiModel]] = {
-    "PyTorchJob": v1.PyTorchJob,
-    "TFJob": v1.TFJob,
-    "XGBoostJob": v1.XGBoostJob,
-    "PaddleJob": v1.PaddleJob,
-    "JAXJob": v1.JAXJob,
-    "TrainJob": v2.TrainJob,
+    **{m.api_kind.kind: m for m in v1.V1_KINDS},
+    v2.TrainJob.api_kind.kind: v2.TrainJob,
 }
 
 

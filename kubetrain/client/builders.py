@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming, quantity
+from kubetrain.api import kinds as registry
 from kubetrain.client import kinds
 from kubetrain.client.errors import InvalidJobError
 
 Obj = dict[str, Any]
 RESTART_POLICIES = ("OnFailure", "Always", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
+RUNTIME_KINDS = tuple(k.kind for k in registry.RUNTIMES)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -209,13 +211,15 @@ class JobSpec:
 def v1_job(kind: str, spec: JobSpec, *, replicas: Mapping[str, int]) -> Obj:
     """A v1 job (PyTorchJob, TFJob, ...) with ``replicas`` per replica type, all from one pod template."""
     spec.check()
-    job_kind = kinds.kind_of(kind)
     _require(
-        job_kind.is_v1, f"kind must be a kubeflow.org/v1 kind (got {kind!r}); use trainjob() for TrainJob"
+        kinds.kind_of(kind).is_v1,
+        f"kind must be a {registry.KUBEFLOW_GROUP}/{registry.KUBEFLOW_VERSION} kind (got {kind!r}); "
+        "use trainjob() for TrainJob",
     )
+    job_kind = registry.v1_kind(kind)
     for rtype, count in replicas.items():
         _non_negative(f"replicas of {rtype}", count)
-    container = kinds.default_container({"kind": job_kind.kind})
+    container = job_kind.default_container
     replica_specs = {
         rtype: {
             "replicas": count,
@@ -271,13 +275,13 @@ def trainjob(
         bool(runtime), "runtime is required: the (Cluster)TrainingRuntime to run on, e.g. torch-distributed"
     )
     _require(
-        runtime_kind in ("ClusterTrainingRuntime", "TrainingRuntime"),
-        f"runtime_kind must be ClusterTrainingRuntime or TrainingRuntime (got {runtime_kind!r})",
+        runtime_kind in RUNTIME_KINDS,
+        f"runtime_kind must be {' or '.join(RUNTIME_KINDS)} (got {runtime_kind!r})",
     )
     _non_negative("num_nodes", num_nodes)
     if num_proc_per_node is not None:
         _require(num_proc_per_node >= 1, f"num_proc_per_node must be at least 1 (got {num_proc_per_node})")
-    container = spec.container("node")
+    container = spec.container(registry.TRAINJOB.default_container)
     trainer: Obj = {"image": spec.image}
     for key in ("command", "args", "env"):
         if key in container:
@@ -292,8 +296,8 @@ def trainjob(
     if spec.ttl_seconds_after_finished is not None:
         metadata["annotations"][naming.ANNOTATION_TTL_AFTER_FINISHED] = str(spec.ttl_seconds_after_finished)
     body: Obj = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
+        "apiVersion": registry.TRAINJOB.api_version,
+        "kind": registry.TRAINJOB.kind,
         "metadata": metadata,
         "spec": {"runtimeRef": {"name": runtime, "kind": runtime_kind}, "trainer": trainer},
     }
@@ -314,7 +318,10 @@ def trainjob(
                     "template": {
                         "spec": {
                             "replicatedJobs": [
-                                {"name": "node", "template": {"spec": {"template": {"spec": patch_spec}}}}
+                                {
+                                    "name": registry.TRAINJOB.default_container,
+                                    "template": {"spec": {"template": {"spec": patch_spec}}},
+                                }
                             ]
                         }
                     }

@@ -1,4 +1,7 @@
-"""The job kinds the client handles, and how to read each one's state.
+"""How the client reads a job of any kind: its state, failure, rank 0 pod, report, one status line.
+
+The kinds themselves (names, groups, success conditions, default containers) are in the registry,
+``kubetrain.api.kinds``; this module reads jobs with it.
 
 The v1 kinds finish with a ``Succeeded`` or ``Failed`` condition; a TrainJob
 with ``Complete`` or ``Failed``. Rank 0 (whose logs and report matter) is the
@@ -9,53 +12,17 @@ first pod of the ``node`` replicated job for a TrainJob.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubetrain import naming
+from kubetrain.api import kinds as registry
+from kubetrain.api.kinds import JobKind
 
 Obj = dict[str, Any]
 State = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 
-
-@dataclass(frozen=True)
-class JobKind:
-    kind: str
-    group: str
-    version: str
-    plural: str
-    success: str
-    replica_field: str | None = None  # v1 kinds: where the replica map lives
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
-
-    @property
-    def is_v1(self) -> bool:
-        return self.group == "kubeflow.org"
-
-
-KINDS: dict[str, JobKind] = {
-    k.kind: k
-    for k in (
-        JobKind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "Succeeded", "pytorchReplicaSpecs"),
-        JobKind("TFJob", "kubeflow.org", "v1", "tfjobs", "Succeeded", "tfReplicaSpecs"),
-        JobKind("XGBoostJob", "kubeflow.org", "v1", "xgboostjobs", "Succeeded", "xgbReplicaSpecs"),
-        JobKind("PaddleJob", "kubeflow.org", "v1", "paddlejobs", "Succeeded", "paddleReplicaSpecs"),
-        JobKind("JAXJob", "kubeflow.org", "v1", "jaxjobs", "Succeeded", "jaxReplicaSpecs"),
-        JobKind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "Complete"),
-    )
-}
-
-
-def kind_of(name: str) -> JobKind:
-    """A kind by name, case-insensitively (``pytorchjob``, ``PyTorchJob``, ``pytorchjobs``)."""
-    lowered = name.lower()
-    for kind in KINDS.values():
-        if lowered in (kind.kind.lower(), kind.plural):
-            return kind
-    raise ValueError(f"unknown job kind {name!r}; choose from {', '.join(KINDS)}")
+KINDS: dict[str, JobKind] = {k.kind: k for k in registry.JOBS}
+kind_of = registry.job_kind  # by any of its names, case-insensitively: PyTorchJob, pytorchjobs, ptj
 
 
 def conditions(job: Obj) -> list[Obj]:
@@ -126,13 +93,7 @@ def rank0_selector(job: Obj, *, role: str | None = None, index: int = 0) -> str:
 
 def default_container(job: Obj) -> str:
     """The container whose logs are the training logs."""
-    return {
-        "PyTorchJob": "pytorch",
-        "TFJob": "tensorflow",
-        "XGBoostJob": "xgboost",
-        "PaddleJob": "paddle",
-        "JAXJob": "jax",
-    }.get(job["kind"], "node")
+    return kind_of(job["kind"]).default_container
 
 
 def report(job: Obj) -> Obj:

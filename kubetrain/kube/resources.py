@@ -1,4 +1,8 @@
-"""Which API resources the controller reads and writes, and how their paths are built."""
+"""The Kubernetes API resources kubetrain reads and writes, and how their paths are built.
+
+The resources of kubetrain's own kinds are made from the kind registry (``kubetrain.api.kinds``):
+``kinds.PYTORCHJOB.resource``.
+"""
 
 from __future__ import annotations
 
@@ -67,14 +71,3 @@ ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "Endpoint
 NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup")
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
-
-PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
-TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")
-XGBOOSTJOBS = Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob")
-PADDLEJOBS = Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob")
-JAXJOBS = Resource("kubeflow.org", "v1", "jaxjobs", "JAXJob")
-TRAINJOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
-TRAINING_RUNTIMES = Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime")
-CLUSTER_TRAINING_RUNTIMES = Resource(
-    "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
-)

@@ -24,7 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 
 from kubetrain import naming
-from kubetrain.controller.runtimes import registry
+from kubetrain.controller import frameworks
 from tests.support import (
     HANG,
     Jobs,
@@ -258,19 +258,21 @@ def v1job(
     run_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A job of any v1 kind whose simulated pods behave as each replica type's annotations say."""
-    framework = registry.by_name(kind)
+    framework = frameworks.by_name(kind)
     specs = {
         rtype: {
             "replicas": count,
             "restartPolicy": restart_policy,
             "template": {
                 "metadata": {"annotations": dict(annotations)},
-                "spec": {"containers": [{"name": framework.default_container, "image": "example.com/t:1"}]},
+                "spec": {
+                    "containers": [{"name": framework.api.default_container, "image": "example.com/t:1"}]
+                },
             },
         }
         for rtype, (count, annotations) in replicas.items()
     }
-    spec: dict[str, Any] = {framework.replica_field: specs}
+    spec: dict[str, Any] = {framework.api.replica_field: specs}
     if run_policy:
         spec["runPolicy"] = run_policy
     return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.controller.runtimes.framework import Framework, ReplicaCounts, job_info
-from kubetrain.controller.runtimes.registry import FRAMEWORKS
+from kubetrain.controller.frameworks import FRAMEWORKS
+from kubetrain.controller.frameworks.base import Framework, ReplicaCounts, job_info
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -228,12 +228,12 @@ async def test_kubectl_get_kubeflow_lists_every_job_kind(
 
 
 def _v1_job(framework: Framework, counts: dict[str, int], name: str = "job") -> dict[str, Any]:
-    replica = {"template": {"spec": {"containers": [_container(framework.default_container)]}}}
+    replica = {"template": {"spec": {"containers": [_container(framework.api.default_container)]}}}
     return {
         "apiVersion": "kubeflow.org/v1",
-        "kind": framework.kind,
+        "kind": framework.api.kind,
         "metadata": {"name": name},
-        "spec": {framework.replica_field: {t: {**replica, "replicas": n} for t, n in counts.items()}},
+        "spec": {framework.api.replica_field: {t: {**replica, "replicas": n} for t, n in counts.items()}},
     }
 
 
@@ -251,9 +251,9 @@ def _cannot_end_well(framework: Framework, counts: dict[str, int]) -> bool:
 
 def _replica_layouts(framework: Framework) -> list[dict[str, int]]:
     """Every layout of the kind's replica types, each absent, with 0 or with 1 replica."""
-    choices = itertools.product((None, 0, 1), repeat=len(framework.replica_types))
+    choices = itertools.product((None, 0, 1), repeat=len(framework.api.replica_types))
     return [
-        {t: n for t, n in zip(framework.replica_types, choice, strict=True) if n is not None}
+        {t: n for t, n in zip(framework.api.replica_types, choice, strict=True) if n is not None}
         for choice in choices
     ]
 
@@ -269,8 +269,8 @@ async def test_a_job_the_controller_would_finish_without_running_or_never_finish
         *(_create(custom, namespace, _v1_job(framework, layout), dry_run=True) for layout in doomed)
     )
     accepted = [layout for layout, message in zip(doomed, answers, strict=True) if not message]
-    assert not accepted, f"{framework.kind} accepts replica layouts that can never end well: {accepted}"
-    assert all(f"spec.{framework.replica_field}" in message for message in answers)
+    assert not accepted, f"{framework.api.kind} accepts replica layouts that can never end well: {accepted}"
+    assert all(f"spec.{framework.api.replica_field}" in message for message in answers)
 
 
 @pytest.mark.parametrize(

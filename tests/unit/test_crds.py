@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.api import crdgen, v1, v2
+from kubetrain.api import crdgen, kinds, v1, v2
 from kubetrain.api.base import VALIDATIONS
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
@@ -65,8 +65,8 @@ def test_crd_schema_is_structural_and_names_its_kind(info: crdgen.CrdInfo) -> No
 
 
 def test_every_job_kind_is_in_the_kubeflow_category() -> None:
-    kinds = {i.kind for i in crdgen.crd_infos() if "kubeflow" in i.categories}
-    assert kinds == {"PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob"}
+    in_category = {i.kind for i in crdgen.crd_infos() if "kubeflow" in i.categories}
+    assert in_category == {k.kind for k in kinds.JOBS}
 
 
 def test_pod_template_schema_comes_from_the_api_server_openapi() -> None:
@@ -98,7 +98,7 @@ def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
 
 _INFOS = {info.kind: info for info in crdgen.crd_infos()}
 _BOUNDED = [
-    *((kind.kind_name, f"spec.{kind.replica_field}.*.replicas") for kind in v1.V1_KINDS),
+    *((kind.kind, f"{kind.replica_path}.*.replicas") for kind in kinds.V1_JOBS),
     ("PyTorchJob", "spec.elasticPolicy.minReplicas"),
     ("PyTorchJob", "spec.elasticPolicy.maxReplicas"),
     ("PaddleJob", "spec.elasticPolicy.maxReplicas"),
@@ -146,17 +146,14 @@ _DECIDING = [
 
 @pytest.mark.parametrize(("kind", "message"), _DECIDING, ids=[m for _, m in _DECIDING])
 def test_the_replica_type_that_decides_success_cannot_be_empty(kind: str, message: str) -> None:
-    model = next(m for m in v1.V1_KINDS if m.kind_name == kind)
-    replica_map = _at(_schema(_INFOS[kind]), f"spec.{model.replica_field}")
+    replica_map = _at(_schema(_INFOS[kind]), kinds.v1_kind(kind).replica_path)
     assert any(m.startswith(message) for m in _messages(replica_map)), _messages(replica_map)
 
 
-@pytest.mark.parametrize("model", v1.V1_KINDS, ids=lambda m: m.kind_name)
-def test_every_v1_kind_checks_its_service_names_against_the_dns_label_limit(
-    model: type[v1.TrainingJob],
-) -> None:
-    [rule] = _schema(_INFOS[model.kind_name])[VALIDATIONS]
-    assert f"self.spec.{model.replica_field}" in rule["rule"] and "self.metadata.name" in rule["rule"]
+@pytest.mark.parametrize("kind", kinds.V1_JOBS, ids=lambda k: k.kind)
+def test_every_v1_kind_checks_its_service_names_against_the_dns_label_limit(kind: kinds.V1Kind) -> None:
+    [rule] = _schema(_INFOS[kind.kind])[VALIDATIONS]
+    assert f"self.{kind.replica_path}" in rule["rule"] and "self.metadata.name" in rule["rule"]
     assert "<= 63" in rule["rule"]
     assert rule["fieldPath"] == ".metadata.name"
     assert "use a name of at most" in rule["messageExpression"]

@@ -131,8 +131,10 @@ def test_the_check_sees_each_kind_of_wrong_import(tmp_path: Path) -> None:
     }
 
 
-CONTRACT = re.compile(
-    r"^(kubetrain\.dev|training\.kubeflow\.org|jobset\.sigs\.k8s\.io|batch\.kubernetes\.io)/[\w.-]+(=.*)?$"
+CONTRACT = re.compile(  # label, annotation and managedBy keys of ours, upstream's and the gang schedulers'
+    r"^(kubetrain\.dev|training\.kubeflow\.org|trainer\.kubeflow\.org|kubeflow\.org|jobset\.sigs\.k8s\.io"
+    r"|batch\.kubernetes\.io|kueue\.x-k8s\.io|scheduling\.x-k8s\.io|scheduling\.k8s\.io|(scheduling\.)?volcano\.sh)"
+    r"/(?!v\d)[\w.-]+(=.*)?$"  # an API version (kubeflow.org/v1) is the kind registry's
 )
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.runtimes.trainjob import TrainJobInfo, build
+from kubetrain.controller.trainer.build import build
+from kubetrain.controller.trainer.state import TrainJobInfo
 from kubetrain.kube.resources import PVCS
 
 RUNTIMES = Path(__file__).resolve().parents[2] / "deploy" / "runtimes"

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from kubetrain.api import kinds
 from tests.faults.corpus import CORPUS, entries
 
 Obj = dict[str, Any]
@@ -79,13 +80,24 @@ class V1Kind:
         return "/" + "/".join(("spec", self.field, *parts))
 
 
-V1_KINDS = (
-    V1Kind("PyTorchJob", "ptj", "pytorchReplicaSpecs", "pytorch", {"Master": 1, "Worker": 2}, "OnFailure"),
-    V1Kind("TFJob", "tfj", "tfReplicaSpecs", "tensorflow", {"Chief": 1, "Worker": 2}, "Never"),
-    V1Kind("XGBoostJob", "xgbj", "xgbReplicaSpecs", "xgboost", {"Master": 1, "Worker": 2}, "Never"),
-    V1Kind("PaddleJob", "pdj", "paddleReplicaSpecs", "paddle", {"Worker": 2}, "OnFailure"),
-    V1Kind("JAXJob", "jaxj", "jaxReplicaSpecs", "jax", {"Worker": 2}, "Never"),
-)  # fmt: skip
+BASE_TYPES = {  # the base manifest of each kind: its replica types and counts
+    "PyTorchJob": {"Master": 1, "Worker": 2},
+    "TFJob": {"Chief": 1, "Worker": 2},
+    "XGBoostJob": {"Master": 1, "Worker": 2},
+    "PaddleJob": {"Worker": 2},
+    "JAXJob": {"Worker": 2},
+}
+V1_KINDS = tuple(
+    V1Kind(
+        k.kind,
+        k.short_names[0],
+        k.replica_field,
+        k.default_container,
+        BASE_TYPES[k.kind],
+        k.default_restart_policy,
+    )
+    for k in kinds.V1_JOBS
+)
 
 
 def container(name: str, **extra: Any) -> Obj:

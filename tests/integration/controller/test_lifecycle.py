@@ -1,4 +1,8 @@
-"""Conditions, status, Events and metrics through a job's life (reference §4.4, §6, §7.1)."""
+"""A job's life as the API server sees it: Events, metrics, who manages it, rank 0's report.
+
+What each pass decides (conditions, status, restarts) is unit-tested on ``decide``
+(tests/unit/controller/test_v1_decisions.py); these tests check that the decisions reach the cluster.
+"""
 
 from __future__ import annotations
 
@@ -8,35 +12,6 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from tests.support import HANG, Jobs, eventually, fails, metric, pytorchjob, runs_for
-
-
-def _types(job: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(c["type"], c["status"], c["reason"]) for c in job["status"]["conditions"]]
-
-
-async def test_a_running_job_is_created_then_running(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(pytorchjob("test-job", workers=1, master_annotations=HANG, worker_annotations=HANG))
-    job = await jobs.wait_condition("test-job", "Running")
-    assert _types(job) == [("Created", "True", "PyTorchJobCreated"), ("Running", "True", "PyTorchJobRunning")]
-    assert job["status"]["startTime"]
-    job = await eventually(lambda: _workers_active(jobs, "test-job", 1), what="the worker counted active")
-    assert job["status"]["replicaStatuses"]["Worker"]["selector"] == (
-        "training.kubeflow.org/job-name=test-job,training.kubeflow.org/operator-name=pytorchjob-controller,"
-        "training.kubeflow.org/replica-type=worker"
-    )
-
-
-async def test_the_master_succeeding_completes_the_job(controller: Any, jobs: Jobs) -> None:
-    await jobs.create(
-        pytorchjob("done", workers=2, master_annotations=runs_for("2s"), worker_annotations=HANG)
-    )
-    job = await jobs.wait_condition("done", "Succeeded")
-    assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
-    assert job["status"]["completionTime"]
-    assert _types(job)[-1] == ("Succeeded", "True", "PyTorchJobSucceeded")
-    assert ("Running", "False", "PyTorchJobRunning") in _types(job), (
-        "Running turns False when the job finishes"
-    )
 
 
 async def test_the_lifecycle_is_visible_in_events_and_metrics(
@@ -66,51 +41,6 @@ async def _reasons(jobs: Jobs, name: str, last: str) -> set[str] | None:
     return reasons if last in reasons else None
 
 
-async def test_a_never_policy_worker_failing_fails_the_job(
-    controller: Any, jobs: Jobs, namespace: str
-) -> None:
-    await jobs.create(
-        pytorchjob(
-            "broken", workers=2, restart_policy="Never", master_annotations=HANG, worker_annotations=fails(3)
-        )
-    )
-    job = await jobs.wait_condition("broken", "Failed")
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == "PyTorchJobFailed"
-    assert "Worker replica(s) failed" in failed["message"] and "exited with code 3" in failed["message"]
-    assert _types(job)[-1][0] == "Failed"
-    assert metric("training_operator_jobs_failed_total", job_namespace=namespace, framework="pytorch") == 1
-
-
-async def test_master_success_wins_over_a_worker_failure_seen_together(
-    start_controller: Any, jobs: Jobs
-) -> None:
-    handle = await start_controller()
-    await jobs.create(
-        pytorchjob(
-            "race",
-            workers=1,
-            restart_policy="Never",
-            master_annotations=runs_for("2s"),
-            worker_annotations=fails(1, after="2s"),
-        )
-    )
-    await jobs.wait_pods("race", 2)
-    await handle.stop()  # let both pods finish unseen, so one pass observes both outcomes
-    await jobs.wait_pods("race", 1, phase="Succeeded")
-    await jobs.wait_pods("race", 1, phase="Failed")
-    await handle.start()
-    job = await eventually(lambda: _finished(jobs, "race"), what="race to finish")
-    assert _types(job)[-1][0] == "Succeeded"
-
-
-async def _finished(jobs: Jobs, name: str) -> dict[str, Any] | None:
-    job = await jobs.get(name)
-    conditions = ((job or {}).get("status") or {}).get("conditions") or []
-    done = any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in conditions)
-    return job if done else None
-
-
 async def test_a_job_managed_by_another_controller_is_left_alone(controller: Any, jobs: Jobs) -> None:
     await jobs.create(
         pytorchjob("kueue", run_policy={"managedBy": "kueue.x-k8s.io/multikueue", "suspend": True})
@@ -122,27 +52,6 @@ async def test_a_job_managed_by_another_controller_is_left_alone(controller: Any
     await jobs.patch("kueue", {"spec": {"runPolicy": {"suspend": False}}})
     await jobs.wait_pods("ours", 3)
     assert await jobs.pods("kueue") == []
-
-
-async def test_kubetrain_mode_ignores_jobs_without_our_managed_by(start_controller: Any, jobs: Jobs) -> None:
-    await start_controller(managed_by="kubetrain")
-    await jobs.create(pytorchjob("upstream", master_annotations=HANG, worker_annotations=HANG))
-    await jobs.create(
-        pytorchjob(
-            "mine",
-            master_annotations=HANG,
-            worker_annotations=HANG,
-            run_policy={"managedBy": "kubetrain.dev/controller"},
-        )
-    )
-    await jobs.wait_condition("mine", "Running")
-    assert "status" not in (await jobs.get("upstream") or {})
-
-
-async def _workers_active(jobs: Jobs, name: str, count: int) -> dict[str, Any] | None:
-    job = await jobs.get(name)
-    active = ((job or {}).get("status") or {}).get("replicaStatuses", {}).get("Worker", {}).get("active")
-    return job if active == count else None
 
 
 async def test_rank_0s_report_written_as_the_failed_job_stops_it_reaches_the_job(

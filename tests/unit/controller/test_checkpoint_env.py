@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.reconcilers import children, jobset
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.framework import job_info
-from kubetrain.controller.runtimes.trainjob import build
+from kubetrain.controller.trainer.build import build
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 OPTED_IN = {"kubetrain.dev/checkpoint-dir": "/checkpoints", "kubetrain.dev/attempt": "2"}
@@ -40,7 +40,7 @@ def pytorchjob_pods(labels: dict[str, str]) -> list[dict[str, Any]]:
             }
         },
     }
-    info = job_info(job, registry.by_name("PyTorchJob"))
+    info = job_info(job, frameworks.by_name("PyTorchJob"))
     return [children.build_pod(info, rtype, 0, [CheckpointPlugin()]) for rtype in ("Master", "Worker")]
 
 

@@ -8,7 +8,7 @@ from kubetrain.controller.reconcilers import conditions as cond
 
 
 def _set(status: dict[str, Any], ctype: str, reason: str, *, true: bool = True, now: str = "t1") -> bool:
-    return cond.set_condition(status, ctype, reason=reason, message=reason, now=now, true=true)
+    return cond.V1.set(status, ctype, reason=reason, message=reason, now=now, true=true)
 
 
 def _view(status: dict[str, Any]) -> list[tuple[str, str]]:
@@ -54,7 +54,7 @@ def test_a_resumed_job_shows_created_not_suspended() -> None:
     status: dict[str, Any] = {}
     _set(status, "Created", "JobCreated")
     _set(status, "Running", "JobRunning")
-    cond.set_false(status, "Running", reason="JobSuspended", message="", now="t2")
+    cond.V1.set_false(status, "Running", reason="JobSuspended", message="", now="t2")
     _set(status, "Suspended", "JobSuspended")
     assert cond.state(status) == "Suspended"
     _set(status, "Suspended", "JobResumed", true=False)
@@ -77,5 +77,5 @@ def test_a_reason_change_with_the_same_status_keeps_the_transition_time() -> Non
 
 def test_set_false_ignores_conditions_never_seen() -> None:
     status: dict[str, Any] = {}
-    assert not cond.set_false(status, "Running", reason="x", message="x", now="t")
+    assert not cond.V1.set_false(status, "Running", reason="x", message="x", now="t")
     assert "conditions" not in status

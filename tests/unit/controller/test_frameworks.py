@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.framework import JobInfo, job_info
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import JobInfo, job_info
 
 
 def _job(
@@ -32,7 +32,7 @@ def _job(
         "metadata": {"name": "job", "namespace": "ns", "uid": "u1"},
         "spec": {field: {t: {"replicas": n, "template": template()} for t, n in replicas.items()}, **spec},
     }
-    return job_info(manifest, registry.by_name(kind))
+    return job_info(manifest, frameworks.by_name(kind))
 
 
 def _env(info: JobInfo, rtype: str, index: int) -> dict[str, str]:
@@ -172,4 +172,4 @@ def test_jax_env_matches_upstream() -> None:
 
 def test_an_unknown_kind_is_named_in_the_error() -> None:
     with pytest.raises(ValueError, match="unknown job kind 'MPIJob'"):
-        registry.by_name("MPIJob")
+        frameworks.by_name("MPIJob")

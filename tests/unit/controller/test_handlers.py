@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
 from kubetrain.kube.expectations import Expectations
-from kubetrain.kube.resources import PYTORCHJOBS, TRAINJOBS
 
 
 def child(kind: str, owner_kind: str = "TrainJob", api_version: str = "trainer.kubeflow.org/v1alpha1") -> Any:
@@ -20,19 +20,19 @@ def child(kind: str, owner_kind: str = "TrainJob", api_version: str = "trainer.k
 
 def test_a_child_enqueues_the_job_of_the_owner_kind_that_controls_it() -> None:
     queued: list[str] = []
-    handle = handlers.child_handler(TRAINJOBS, queued.append)
+    handle = handlers.child_handler(TRAINJOB.resource, queued.append)
     handle(None, child("Service"))
     handle(None, child("Pod", owner_kind="PyTorchJob", api_version="kubeflow.org/v1"))
     handle(None, child("Pod", api_version="example.com/v1"))
     assert queued == ["ns/tj"]
-    assert handlers.owner_key(child("Pod", "PyTorchJob", "kubeflow.org/v1"), PYTORCHJOBS) == "ns/tj"
+    assert handlers.owner_key(child("Pod", "PyTorchJob", "kubeflow.org/v1"), PYTORCHJOB.resource) == "ns/tj"
 
 
 def test_a_handler_given_expectations_settles_the_adds_and_deletes_it_sees() -> None:
     expectations = Expectations()
     expectations.expect_creations("ns/tj", 1)
     expectations.expect_deletion("ns/tj", "c-1")
-    handle = handlers.child_handler(TRAINJOBS, lambda _: None, expectations)
+    handle = handlers.child_handler(TRAINJOB.resource, lambda _: None, expectations)
     handle(None, child("Pod"))
     assert not expectations.satisfied("ns/tj")
     handle(child("Pod"), None)
@@ -53,7 +53,7 @@ def test_a_deleted_job_forgets_its_expectations_and_runs_on_delete() -> None:
 
 def test_a_deleted_pod_with_a_training_report_is_kept_for_the_next_pass() -> None:
     departed = DepartedPods()
-    handle = handlers.child_handler(TRAINJOBS, lambda _: None, Expectations(), departed)
+    handle = handlers.child_handler(TRAINJOB.resource, lambda _: None, Expectations(), departed)
     silent, reporting = child("Pod"), child("Pod")
     reporting["metadata"]["name"] = "rank0"
     terminated = {"terminated": {"exitCode": 143, "message": '{"last_checkpoint": "/ckpt/step-3"}'}}

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import JobInfo, job_info
+from kubetrain.controller.plugins.gang import gang_scheduler
+from kubetrain.controller.plugins.gpu import GpuPlugin, lopsided_gpu_warning
 from kubetrain.controller.reconcilers.children import build_pod
 from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, fenced_failure, is_retryable, observe
-from kubetrain.controller.runtimes import registry
-from kubetrain.controller.runtimes.framework import JobInfo, job_info
-from kubetrain.controller.runtimes.gang import GangScheduler
-from kubetrain.controller.runtimes.gpu import GpuPlugin, lopsided_gpu_warning
 
 
 def _info(policy: str = "OnFailure", workers: int = 2, gpus: dict[str, int] | None = None) -> JobInfo:
@@ -30,7 +30,7 @@ def _info(policy: str = "OnFailure", workers: int = 2, gpus: dict[str, int] | No
             "pytorchReplicaSpecs": {"Master": replica("Master", 1), "Worker": replica("Worker", workers)}
         },
     }
-    return job_info(job, registry.by_name("PyTorchJob"))
+    return job_info(job, frameworks.by_name("PyTorchJob"))
 
 
 def _pod(
@@ -133,7 +133,7 @@ def test_gpu_pods_get_the_toleration_and_cpu_pods_do_not() -> None:
 
 def test_native_pod_group_counts_every_replica() -> None:
     info = _info(workers=3)
-    group = GangScheduler("kubernetes").pod_group(info)
+    group = gang_scheduler("kubernetes").pod_group(info)
     assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2"
     assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
 

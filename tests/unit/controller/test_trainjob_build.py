@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.reconcilers import jobset
-from kubetrain.controller.runtimes.checkpoint import CheckpointPlugin
-from kubetrain.controller.runtimes.trainjob import BuildError, TrainJobInfo, build
+from kubetrain.controller.trainer.build import build
+from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 

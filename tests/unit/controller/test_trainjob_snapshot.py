@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetrain.controller.reconcilers.skeleton import Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
-from kubetrain.controller.reconcilers.v1job import Settings
 from kubetrain.kube.expectations import Expectations
 
 
@@ -13,7 +13,7 @@ def reconciler() -> TrainJobReconciler:
     unused: Any = None  # no pass runs: only the snapshot parsing and the job handler are exercised
     return TrainJobReconciler(
         kube=unused,
-        trainjobs=unused,
+        jobs=unused,
         runtimes=unused,
         cluster_runtimes=unused,
         snapshots=unused,

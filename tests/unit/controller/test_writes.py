@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller.reconcilers.v1job import cleanup_targets
+from kubetrain.controller.reconcilers.v1decisions import cleanup_targets
 from kubetrain.controller.reconcilers.writes import (
     INVALID_POD_TEMPLATE,
     NAME_CONFLICT,

@@ -2,14 +2,15 @@
 
 Off by default: torch's rendezvous already waits for the master, and the init
 container is a known cause of Workers stuck in Init (DNS policies, air-gapped
-image pulls). ``--pytorch-init-container`` turns it on for scripts that rely on it.
+image pulls). ``--pytorch-init-container`` turns it on for scripts that rely on it; the
+controller then gives it to the PyTorchJob reconciler only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetrain.controller.runtimes.framework import JobInfo, Obj
+from kubetrain.controller.state import JobView, Obj
 
 
 @dataclass
@@ -18,8 +19,8 @@ class MasterWaitPlugin:
     max_tries: int = 100
     name: str = "master-wait"
 
-    def decorate_pod(self, info: JobInfo, rtype: str, index: int, pod: Obj) -> None:
-        if info.framework.kind != "PyTorchJob" or rtype != "Worker" or "Master" not in info.replicas:
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
+        if rtype != "Worker" or "Master" not in info.replicas:
             return
         master = f"{info.name}-master-0"
         script = (

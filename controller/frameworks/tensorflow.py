@@ -4,35 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
-from kubetrain.controller.runtimes.framework import (
-    EnvVar,
-    JobInfo,
-    Obj,
-    PodsByReplica,
-    ReplicaCounts,
-    all_succeeded,
-    any_active,
-    env_value,
-)
-from kubetrain.kube.resources import TFJOBS, Resource
+from kubetrain.api.kinds import TFJOB
+from kubetrain.controller.frameworks.base import Framework, JobInfo, PodsByReplica, ReplicaCounts, env_value
+from kubetrain.controller.state import EnvVar, Obj
 
 CLUSTER_DOMAIN_ENV = "CUSTOM_CLUSTER_DOMAIN"
 
 
-@dataclass
-class TensorFlow:
-    kind: str = "TFJob"
-    resource: Resource = TFJOBS
-    framework_label: str = "tensorflow"
-    controller_name: str = "tfjob-controller"
-    replica_field: str = "tfReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Chief", "Evaluator", "Master", "PS", "Worker")
-    default_container: str = "tensorflow"
-    port_name: str = "tfjob-port"
-    default_port: int = 2222
-    default_restart_policy: str = "Never"
+class TensorFlow(Framework):
+    api = TFJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         info.spec.setdefault("successPolicy", "")
@@ -40,7 +21,7 @@ class TensorFlow:
     def _address(self, info: JobInfo, rtype: str, index: int) -> str:
         domain = os.environ.get(CLUSTER_DOMAIN_ENV, "")
         suffix = f".{domain}" if domain else ""
-        port = info.port(rtype, default=self.default_port)
+        port = info.port(rtype, default=self.api.default_port)
         return f"{info.name}-{rtype.lower()}-{index}.{info.namespace}.svc{suffix}:{port}"
 
     def env(self, info: JobInfo, rtype: str, index: int) -> list[EnvVar]:
@@ -69,29 +50,16 @@ class TensorFlow:
 
     def env_containers(self, info: JobInfo, pod: Obj) -> list[Obj]:
         for container in pod["spec"].get("containers") or []:
-            if container.get("name") == self.default_container:
+            if container.get("name") == self.api.default_container:
                 return [container]
         return []
 
-    def is_master_role(self, info: JobInfo, rtype: str, index: int) -> bool:
-        if "Chief" in info.replicas or "Master" in info.replicas:
-            return rtype in ("Chief", "Master")
-        return rtype == "Worker" and index == 0
-
     def succeeded(self, info: JobInfo, counts: dict[str, ReplicaCounts], pods: PodsByReplica) -> bool:
-        for chief in ("Chief", "Master"):
-            if chief in info.replicas:
-                return all_succeeded(info, counts, chief)
-        if "Worker" not in info.replicas:
-            return False
-        if all_succeeded(info, counts, "Worker"):
-            return True
+        """Upstream's rule: the Chief (or Master) decides; without one, every Worker, or Worker 0 alone
+        unless ``successPolicy`` is ``AllWorkers``."""
+        done = super().succeeded(info, counts, pods)
+        if done or self.leader(info) != "Worker":
+            return done
         worker0 = pods.get(("Worker", 0))
         worker0_done = worker0 is not None and worker0.get("status", {}).get("phase") == "Succeeded"
         return worker0_done and info.spec.get("successPolicy") != "AllWorkers"
-
-    def running(self, info: JobInfo, counts: dict[str, ReplicaCounts]) -> bool:
-        for chief in ("Chief", "Master"):
-            if chief in info.replicas:
-                return any_active(counts, chief)
-        return any_active(counts, "Worker")

@@ -2,7 +2,7 @@
 
 A TrainJob names a runtime whose template is a JobSet: replicated jobs, each an
 Indexed Job of pods. kubetrain runs no JobSet or Job controller; this module
-turns TrainJob + runtime into ``PodSet``s (one per replicated job, in the
+turns TrainJob + runtime into ``PodSet``s (``trainer.state``) (one per replicated job, in the
 runtime's order) the way upstream's pipeline does before it writes a JobSet:
 
 1. start from the runtime's JobSet spec and merge the ``runtimePatches`` (v2.2+)
@@ -10,7 +10,7 @@ runtime's order) the way upstream's pipeline does before it writes a JobSet:
 2. size each pod set: ``parallelism``, or for the trainer ``numNodes``;
 3. apply the TrainJob's trainer (image, command, args, env, resources per node)
    and initializer settings to their containers;
-4. let the ML policy (``runtimes.mlpolicy``) add the env that wires ranks together.
+4. let the ML policy (``trainer.policies``) add the env that wires ranks together.
 
 Everything is pure: the reconciler builds pods from the result. Errors a user
 must fix are ``BuildError``s whose message names the field.
@@ -20,146 +20,23 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kubetrain import naming
 from kubetrain.api import v2
-from kubetrain.controller.runtimes.framework import JobIdentity, Obj, Replica
-from kubetrain.kube.resources import PVCS, Resource
+from kubetrain.controller.state import Obj
+from kubetrain.controller.trainer import policies
+from kubetrain.controller.trainer.state import (
+    DATASET_INITIALIZER,
+    MODEL_INITIALIZER,
+    NODE,
+    TRAINER,
+    BuildError,
+    Extra,
+    PodSet,
+    TrainJobInfo,
+)
+from kubetrain.kube.resources import PVCS
 from kubetrain.kube.strategic import merge, upsert_env
-
-TRAINER = "trainer"
-DATASET_INITIALIZER = "dataset-initializer"
-MODEL_INITIALIZER = "model-initializer"
-NODE = "node"
-DEFAULT_BACKOFF_LIMIT = 6  # batch/v1 Job's default
-DEFAULT_RESTART_POLICY = "OnFailure"  # JobSet's default for its Jobs' pods
-
-
-class BuildError(ValueError):
-    """The TrainJob and its runtime do not make a runnable job; the message says which field to fix."""
-
-
-@dataclass
-class PodSet:
-    """One replicated job: ``replicas`` Indexed Jobs of ``count`` pods each, from one pod template."""
-
-    name: str
-    ancestor: str | None
-    replicas: int
-    count: int
-    template: Obj
-    job_spec: Obj
-    depends_on: list[Obj] = field(default_factory=list)
-
-    @property
-    def backoff_limit(self) -> int:
-        value = self.job_spec.get("backoffLimit")
-        return DEFAULT_BACKOFF_LIMIT if value is None else int(value)
-
-    @property
-    def restart_policy(self) -> str:
-        return str((self.template.get("spec") or {}).get("restartPolicy") or DEFAULT_RESTART_POLICY)
-
-    @property
-    def pods(self) -> int:
-        return self.replicas * self.count
-
-    def container(self, name: str) -> Obj | None:
-        for container in self.template.get("spec", {}).get("containers") or []:
-            if container.get("name") == name:
-                found: Obj = container
-                return found
-        return None
-
-
-@dataclass
-class Extra:
-    """An object the ML policy needs beside the pods (MPI's SSH Secret and hostfile ConfigMap).
-
-    ``make`` builds it only when it does not exist yet (an SSH key is generated once).
-    """
-
-    resource: Resource
-    name: str
-    make: Callable[[], Obj]
-    retained: bool = False  # a claim the TrainJob does not own: it outlives the TrainJob
-
-
-@dataclass
-class TrainJobInfo(JobIdentity):
-    """The shared build state of one TrainJob reconcile; pod plugins read it like a v1 ``JobInfo``.
-
-    ``runtime`` is shared (with the runtime informer's cache, or across passes): read it, never change it.
-    """
-
-    runtime: Obj
-    jobset: Obj
-    pod_sets: list[PodSet]
-    subdomain: str
-    warnings: list[str] = field(default_factory=list)
-    extras: list[Extra] = field(default_factory=list)
-
-    # -- what pod plugins (checkpoint, GPU, gang) read, beside the job's identity -------------------
-    @property
-    def runtime_spec(self) -> Obj:
-        spec: Obj = self.runtime.get("spec") or {}
-        return spec
-
-    @property
-    def ml_policy(self) -> Obj:
-        policy: Obj = self.runtime_spec.get("mlPolicy") or {}
-        return policy
-
-    @property
-    def replicas(self) -> dict[str, Replica]:
-        """The pod sets as v1-style replicas (the gang plugin sums resources over them)."""
-        return {s.name: Replica(s.name, s.pods, s.restart_policy, s.template) for s in self.pod_sets}
-
-    @property
-    def total_replicas(self) -> int:
-        return sum(s.pods for s in self.pod_sets)
-
-    @property
-    def run_policy(self) -> Obj:
-        """The runtime's ``podGroupPolicy`` in v1 ``schedulingPolicy`` terms, for the gang plugin."""
-        policy = self.runtime_spec.get("podGroupPolicy") or {}
-        scheduling: Obj = {"minAvailable": self.total_replicas}
-        timeout = (policy.get("coscheduling") or {}).get("scheduleTimeoutSeconds")
-        if policy.get("coscheduling") is not None:
-            scheduling["scheduleTimeoutSeconds"] = 60 if timeout is None else timeout
-        queue = (
-            (self.jobset.get("metadata") or {}).get("annotations", {}).get("scheduling.volcano.sh/queue-name")
-        )
-        if queue:
-            scheduling["queue"] = queue
-        for pod_set in self.pod_sets:
-            priority = pod_set.template.get("spec", {}).get("priorityClassName")
-            if priority:
-                scheduling["priorityClass"] = priority
-                break
-        return {"schedulingPolicy": scheduling}
-
-    @property
-    def gang_policy(self) -> str | None:
-        policy = self.runtime_spec.get("podGroupPolicy") or {}
-        return next((k for k in ("coscheduling", "volcano") if policy.get(k) is not None), None)
-
-    # -- what the ML policies read -----------------------------------------------------------------
-    def trainer(self) -> PodSet | None:
-        """The pod set the TrainJob's ``trainer`` applies to: labelled ancestor=trainer, else named ``node``."""
-        for pod_set in self.pod_sets:
-            if pod_set.ancestor == TRAINER:
-                return pod_set
-        return next((s for s in self.pod_sets if s.name == NODE), None)
-
-    def pod_set(self, name: str) -> PodSet | None:
-        return next((s for s in self.pod_sets if s.name == name), None)
-
-    def endpoint(self, pod_set: str, job_index: int = 0, pod_index: int = 0) -> str:
-        """The stable DNS name of one pod: ``<hostname>.<subdomain>``."""
-        return f"{naming.trainjob_hostname(self.name, pod_set, job_index, pod_index)}.{self.subdomain}"
 
 
 def resolve_patches(job: Obj, runtime: Obj) -> Obj:
@@ -200,8 +77,6 @@ def _runtime_name(runtime: Obj) -> str:
 
 def build(job: Obj, runtime: Obj) -> TrainJobInfo:
     """Resolve a TrainJob against its runtime into pod sets (the ML policy has not run yet)."""
-    from kubetrain.controller.runtimes import mlpolicy  # the policies build on this module's types
-
     jobset = resolve_patches(job, runtime)
     jobset_spec = jobset.get("spec") or {}
     spec = job.get("spec") or {}
@@ -212,7 +87,9 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
         job_template = rjob.get("template") or {}
         job_spec = dict(job_template.get("spec") or {})
         pod_template = copy.deepcopy(job_spec.pop("template", None) or {})
-        ancestor = ((job_template.get("metadata") or {}).get("labels") or {}).get(v2.ANCESTOR_LABEL)
+        ancestor = ((job_template.get("metadata") or {}).get("labels") or {}).get(
+            naming.LABEL_TRAINJOB_ANCESTOR
+        )
         count = int(job_spec.get("parallelism") or 1)
         if ancestor == TRAINER:
             if ml_policy is not None:
@@ -244,7 +121,7 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
     _apply_initializers(info)
     _apply_trainer(info)
     _apply_volume_claims(info)
-    mlpolicy.apply(info)
+    policies.apply(info)
     _check_name_length(info)
     return info
 
@@ -323,7 +200,7 @@ def _apply_initializers(info: TrainJobInfo) -> None:
         if container is None:
             raise BuildError(
                 f"spec.initializer.{key} is set but {_runtime_name(info.runtime)} has no {step} step "
-                f"(a replicated job labelled {v2.ANCESTOR_LABEL}={step} with a container named {step})"
+                f"(a replicated job labelled {naming.LABEL_TRAINJOB_ANCESTOR}={step} with a container named {step})"
             )
         env = list(settings.get("env") or [])
         if settings.get("storageUri"):
@@ -342,7 +219,7 @@ def _apply_trainer(info: TrainJobInfo) -> None:
     if container is None:
         raise BuildError(
             f"spec.trainer is set but {_runtime_name(info.runtime)} has no trainer step (a replicated job "
-            f"labelled {v2.ANCESTOR_LABEL}=trainer, or named node, with a container named node)"
+            f"labelled {naming.LABEL_TRAINJOB_ANCESTOR}=trainer, or named node, with a container named node)"
         )
     targets = [container]
     mpi = info.ml_policy.get("mpi") or {}

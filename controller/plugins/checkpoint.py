@@ -14,7 +14,8 @@ same directory is not taken for a stale attempt of that job.
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.controller.runtimes.framework import JobIdentity, JobView, Obj, env_value
+from kubetrain.controller.frameworks.base import env_value
+from kubetrain.controller.state import JobIdentity, JobView, Obj
 
 
 def job_labels(info: JobView) -> dict[str, str]:

@@ -11,7 +11,8 @@ it is reported as a warning on the job.
 from __future__ import annotations
 
 from kubetrain import naming, quantity
-from kubetrain.controller.runtimes.framework import JobInfo, JobView, Obj
+from kubetrain.controller.frameworks.base import JobInfo
+from kubetrain.controller.state import JobView, Obj
 
 
 def gpus_requested(template: Obj) -> int:

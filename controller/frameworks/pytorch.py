@@ -7,33 +7,13 @@ operator see the same environment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from kubetrain.controller.runtimes.framework import (
-    EnvVar,
-    JobInfo,
-    Obj,
-    PodsByReplica,
-    ReplicaCounts,
-    all_succeeded,
-    any_active,
-    env_value,
-)
-from kubetrain.kube.resources import PYTORCHJOBS, Resource
+from kubetrain.api.kinds import PYTORCHJOB
+from kubetrain.controller.frameworks.base import Framework, JobInfo, PodsByReplica, ReplicaCounts, env_value
+from kubetrain.controller.state import EnvVar, Obj
 
 
-@dataclass
-class PyTorch:
-    kind: str = "PyTorchJob"
-    resource: Resource = PYTORCHJOBS
-    framework_label: str = "pytorch"
-    controller_name: str = "pytorchjob-controller"
-    replica_field: str = "pytorchReplicaSpecs"
-    replica_types: tuple[str, ...] = ("Master", "Worker")
-    default_container: str = "pytorch"
-    port_name: str = "pytorchjob-port"
-    default_port: int = 23456
-    default_restart_policy: str = "OnFailure"
+class PyTorch(Framework):
+    api = PYTORCHJOB
 
     def apply_defaults(self, info: JobInfo) -> None:
         elastic = info.spec.get("elasticPolicy")
@@ -54,9 +34,7 @@ class PyTorch:
         nproc = info.spec.get("nprocPerNode")
         total = info.total_replicas
         if "Master" in info.replicas:
-            port = info.port("Master")
-            if port is None:
-                raise ValueError(f"the Master's pytorch container has no port named {self.port_name}")
+            port = self.required_port(info, "Master")
             rank = index if rtype == "Master" else index + info.replicas["Master"].replicas
             nproc_int = int(nproc) if isinstance(nproc, str) and nproc.isdigit() else 1
             master = f"{info.name}-master-0"
@@ -80,7 +58,7 @@ class PyTorch:
 
     def _elastic_env(self, info: JobInfo, elastic: Obj) -> list[EnvVar]:
         host = elastic.get("rdzvHost") or f"{info.name}-worker-0"
-        port = elastic.get("rdzvPort") or info.port("Worker") or self.default_port
+        port = elastic.get("rdzvPort") or info.port("Worker") or self.api.default_port
         env = [
             env_value("PET_RDZV_ENDPOINT", f"{host}:{port}"),
             env_value("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d"),
@@ -99,22 +77,36 @@ class PyTorch:
             env.append(env_value("PET_STANDALONE", ""))
         return env
 
-    def env_containers(self, info: JobInfo, pod: Obj) -> list[Obj]:
-        containers: list[Obj] = pod["spec"].get("containers") or []
-        return containers
-
-    def is_master_role(self, info: JobInfo, rtype: str, index: int) -> bool:
-        if "Master" in info.replicas:
-            return rtype == "Master"
-        return rtype == "Worker" and index == 0
-
     def succeeded(self, info: JobInfo, counts: dict[str, ReplicaCounts], pods: PodsByReplica) -> bool:
-        if "Master" in info.replicas:
-            return all_succeeded(info, counts, "Master")
-        elastic_done = (
-            info.spec.get("elasticPolicy") is not None and counts.get("Worker", ReplicaCounts()).succeeded
+        """Upstream's rule; and without a Master an elastic job succeeds once any Worker has."""
+        if super().succeeded(info, counts, pods):
+            return True
+        elastic = info.spec.get("elasticPolicy") is not None
+        return (
+            elastic and self.leader(info) == "Worker" and counts.get("Worker", ReplicaCounts()).succeeded > 0
         )
-        return all_succeeded(info, counts, "Worker") or bool(elastic_done)
 
-    def running(self, info: JobInfo, counts: dict[str, ReplicaCounts]) -> bool:
-        return any_active(counts, "Master" if "Master" in info.replicas else "Worker")
+    def autoscaler(self, info: JobInfo) -> Obj | None:
+        """An elastic job with metrics gets upstream's HorizontalPodAutoscaler, named after the job."""
+        elastic = info.spec.get("elasticPolicy") or {}
+        if not elastic.get("metrics"):
+            return None
+        return {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {
+                "name": info.name,
+                "namespace": info.namespace,
+                "ownerReferences": [info.owner_reference()],
+            },
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": info.job["apiVersion"],
+                    "kind": info.job["kind"],
+                    "name": info.name,
+                },
+                "minReplicas": elastic["minReplicas"],
+                "maxReplicas": elastic["maxReplicas"],
+                "metrics": elastic["metrics"],
+            },
+        }

@@ -1,0 +1,209 @@
+"""What every kind's reconciler shares: the prelude of a pass, the status writer, lifetimes, reports.
+
+``JobReconciler`` is the skeleton the v1 reconciler (``v1job``) and the
+TrainJob reconciler (``trainjob``) fill in. A pass starts the same for both
+(``reconcile``): a job gone from the cache forgets its expectations; a job
+another controller manages, or one being deleted, is left alone; a job whose
+expected creates and deletes have not reached the cache yet waits for them.
+Then ``reconcile_job`` decides and writes. The writes they share are here too:
+the status, as a merge patch guarded by the resourceVersion the pass read;
+rank 0's report, also from a pod deleted since the last pass; the deletion of
+a job whose TTL has passed. Times are RFC 3339 strings with one-second
+resolution, as the API server keeps them.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict, Unpack
+
+from kubetrain import naming
+from kubetrain.controller import metrics
+from kubetrain.controller.plugins.gang import GangScheduler
+from kubetrain.controller.reconcilers import conditions as cond
+from kubetrain.controller.reconcilers import handlers
+from kubetrain.controller.reconcilers.departed import DepartedPods
+from kubetrain.controller.reconcilers.writes import ChildWriter, Rejections
+from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.events import NORMAL, EventRecorder
+from kubetrain.kube.expectations import Expectations
+from kubetrain.kube.informer import Handler, Informer
+from kubetrain.kube.patch import merge_patch
+from kubetrain.kube.resources import Resource
+from kubetrain.kube.runner import Result
+
+log = logging.getLogger("kubetrain.controller")
+
+OWNER_INDEX = "owner"  # the informer index of children by their controller's uid
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def seconds_left(since: dt.datetime | None, seconds: int | str | None, now: dt.datetime) -> float | None:
+    """Seconds until ``seconds`` after ``since`` (0 once past), or None when either is unknown:
+    the time to look again at a deadline or a TTL."""
+    if since is None or seconds is None:
+        return None
+    return max(0.0, (since - now).total_seconds() + int(seconds))
+
+
+@dataclass
+class Settings:
+    """How the controller behaves, from its flags."""
+
+    managed_by: frozenset[str | None] = frozenset(
+        {None, "", naming.MANAGED_BY_TRAINING_OPERATOR, naming.MANAGED_BY_KUBETRAIN}
+    )
+    gang: GangScheduler | None = None
+    extra_plugins: Mapping[str, Sequence[PodPlugin]] = field(default_factory=dict)  # by kind
+    create_concurrency: int = 64
+
+
+@dataclass
+class Pass(JobIdentity):
+    """One reconcile of one job: a private copy of the job, its status as being edited, and the status
+    last written (the baseline the next write is a patch against)."""
+
+    status: Obj
+    original: Obj
+    now: dt.datetime
+
+    @property
+    def stamp(self) -> str:
+        return rfc3339(self.now)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Shared(TypedDict):
+    """What every kind's reconciler is made with (``clock`` for tests)."""
+
+    kube: KubeClient
+    jobs: Informer
+    pods: Informer
+    services: Informer
+    expectations: Expectations
+    recorder: EventRecorder
+    settings: Settings
+    clock: NotRequired[Callable[[], dt.datetime]]
+
+
+class JobReconciler:
+    """The skeleton of a job kind's reconciler; a kind fills in ``manages`` and ``reconcile_job``."""
+
+    resource: Resource
+    name: str
+    conditions: cond.Conditions
+
+    def __init__(self, **shared: Unpack[Shared]) -> None:
+        self.kube = shared["kube"]
+        self.jobs = shared["jobs"]
+        self.pods = shared["pods"]
+        self.services = shared["services"]
+        self.expectations = shared["expectations"]
+        self.recorder = shared["recorder"]
+        self.settings = shared["settings"]
+        self.clock = shared.get("clock", _now)
+        self.writer = ChildWriter(
+            self.kube, self.expectations, self.recorder, self.settings.create_concurrency
+        )
+        self.rejections = Rejections()
+        self.departed = DepartedPods()
+
+    # -- event handlers ------------------------------------------------------------------------------
+    def pod_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Pods: settle the pod expectations, keep the reports of deleted ones, enqueue the owning job."""
+        return handlers.child_handler(self.resource, enqueue, self.expectations, self.departed)
+
+    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        """Other children: enqueue the owning job (their creates are not tracked, so their events must
+        not settle the pods' expectations)."""
+        return handlers.child_handler(self.resource, enqueue)
+
+    def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
+        return handlers.job_handler(enqueue, self.expectations, on_delete=self.forget)
+
+    def forget(self, key: str) -> None:
+        """A job is gone: drop what is kept about it."""
+        self.rejections.forget(key)
+        self.departed.forget(key)
+
+    # -- a pass ----------------------------------------------------------------------------------------
+    def manages(self, job: Obj) -> bool:
+        raise NotImplementedError
+
+    async def reconcile_job(self, key: str, cached: Obj) -> Result:
+        raise NotImplementedError
+
+    async def reconcile(self, key: str) -> Result:
+        cached = self.jobs.get(key)
+        if cached is None:
+            self.expectations.forget(key)
+            return Result()
+        if not self.manages(cached) or cached["metadata"].get("deletionTimestamp"):
+            return Result()
+        if not self.expectations.satisfied(key):
+            return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
+        return await self.reconcile_job(key, cached)
+
+    # -- writes ----------------------------------------------------------------------------------------
+    async def write_status(self, ctx: Pass) -> None:
+        """Merge-patch the status, guarded by the job's resourceVersion, when this pass changed it.
+
+        The written version becomes the pass's baseline, so a later write of the same pass sends
+        only what changed since, under the new resourceVersion."""
+        if ctx.status == ctx.original:
+            return
+        meta = ctx.job["metadata"]
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": merge_patch(ctx.original, ctx.status),
+        }
+        updated = await self.kube.patch(
+            self.resource, meta["name"], body, namespace=meta["namespace"], subresource="status"
+        )
+        self.jobs.observe_write(updated)
+        ctx.job["metadata"] = updated["metadata"]
+        ctx.original = copy.deepcopy(ctx.status)
+        self.wrote_status(ctx)
+        log.info("%s %s status: %s", self.name, ctx.key, cond.state(ctx.status) or "-")
+
+    def wrote_status(self, ctx: Pass) -> None:
+        """Called after each status write (the v1 reconciler times its coalescing from it)."""
+
+    async def copy_report(self, ctx: Pass, report_of: Callable[[list[Obj]], dict[str, Any] | None]) -> None:
+        """Copy rank 0's report into the job: ``report_of`` finds it, given the pods deleted since the last
+        pass that left one (``DepartedPods``); they are kept again if the copy fails."""
+        departed = self.departed.take(ctx.key)
+        try:
+            await self.writer.copy_report(self.resource, self.jobs, ctx.job, report_of(departed))
+        except BaseException:
+            self.departed.restore(ctx.key, departed)
+            raise
+
+    async def delete_expired(self, ctx: Pass, framework: str, message: str) -> None:
+        """Delete a finished job whose TTL has passed (its children go with it, by owner reference)."""
+        meta = ctx.job["metadata"]
+        if await self.kube.delete(self.resource, meta["name"], meta["namespace"], uid=meta["uid"]):
+            metrics.jobs_deleted.labels(ctx.namespace, framework).inc()
+            self.recorder.event(ctx.job, NORMAL, "SuccessfulDeleteJob", message)
+            log.info("%s %s deleted: its TTL after finishing passed", self.name, ctx.key)

@@ -1,1 +1,0 @@
-"""Framework plugins (what differs per kind) and cross-cutting pod plugins."""

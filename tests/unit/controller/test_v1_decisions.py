@@ -1,0 +1,364 @@
+"""The lifecycle of a v1 job, pass by pass, on the pure ``decide`` (reference §4.3-§4.7, §7.1, §7.4).
+
+Each test plays the cluster's part the way a sample-controller test does: it holds the job and its
+pods, lets ``decide`` look, applies the decision (the status written, the pods created or deleted) and
+moves the pods on by hand. The wiring of those writes to a real API server is tested in
+``tests/integration/controller``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+import pytest
+
+from kubetrain.controller import frameworks
+from kubetrain.controller.main import Options
+from kubetrain.controller.reconcilers import v1decisions as v1
+from tests.support import pytorchjob
+
+Obj = dict[str, Any]
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+SETUP = v1.Setup(frameworks.by_name("PyTorchJob"))
+_uids = itertools.count()
+
+
+class Cluster:
+    """One job and its pods, as the caches would hold them after each pass's writes."""
+
+    def __init__(self, manifest: Obj) -> None:
+        self.job = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "uid": "job-uid"}}
+        self.pods: dict[str, Obj] = {}
+        self.services: dict[str, Obj] = {}
+        self.now = T0
+        self.last: v1.Decision | None = None
+
+    def step(self, seconds: float = 1.0) -> v1.Decision:
+        """One pass, ``seconds`` after the last; its writes applied (new pods start Pending)."""
+        self.now += dt.timedelta(seconds=seconds)
+        d = v1.decide(
+            self.job, v1.Observed(list(self.pods.values()), list(self.services.values())), self.now, SETUP
+        )
+        self.job = {**self.job, "status": d.status}
+        for pod in [*d.delete_pods, *d.cleanup_pods]:
+            self.pods.pop(pod["metadata"]["name"], None)
+        for service in [*d.delete_services, *d.cleanup_services]:
+            self.services.pop(service["metadata"]["name"], None)
+        for pod in d.create_pods:
+            pod["metadata"]["uid"] = f"pod-{next(_uids)}"
+            pod["status"] = {"phase": "Pending"}
+            self.pods[pod["metadata"]["name"]] = pod
+        for service in d.create_services:
+            self.services[service["metadata"]["name"]] = service
+        self.last = d
+        return d
+
+    def set(self, pod: str, phase: str, *, code: int | None = None, restarts: int = 0) -> None:
+        """What the kubelet reports for ``pod``: its phase, its container's exit code and restarts."""
+        state: Obj = {"running": {}} if code is None else {"terminated": {"exitCode": code}}
+        self.pods[pod]["status"] = {
+            "phase": phase,
+            "containerStatuses": [{"name": "pytorch", "restartCount": restarts, "state": state}],
+        }
+
+    def conditions(self) -> list[tuple[str, str, str]]:
+        return [(c["type"], c["status"], c["reason"]) for c in self.job["status"]["conditions"]]
+
+    def condition(self, ctype: str) -> Obj:
+        return next(c for c in self.job["status"]["conditions"] if c["type"] == ctype)
+
+
+def running(manifest: Obj) -> Cluster:
+    """A job whose pods were created and all run."""
+    cluster = Cluster(manifest)
+    cluster.step()
+    for name in cluster.pods:
+        cluster.set(name, "Running")
+    cluster.step()
+    return cluster
+
+
+def events(d: v1.Decision) -> list[str]:
+    return [e.reason for e in d.events]
+
+
+# -- creation, running, success, failure -----------------------------------------------------------
+def test_a_new_job_is_created_then_running_with_upstreams_conditions_and_selectors() -> None:
+    cluster = Cluster(pytorchjob("test-job", workers=1))
+    first = cluster.step()
+    assert cluster.conditions() == [("Created", "True", "PyTorchJobCreated")]
+    assert ("created", 1) in first.counters and "PyTorchJobCreated" in events(first)
+    assert sorted(cluster.pods) == ["test-job-master-0", "test-job-worker-0"]
+    assert sorted(cluster.services) == ["test-job-master-0", "test-job-worker-0"]
+    for name in cluster.pods:
+        cluster.set(name, "Running")
+    cluster.step()
+    assert cluster.conditions() == [
+        ("Created", "True", "PyTorchJobCreated"),
+        ("Running", "True", "PyTorchJobRunning"),
+    ]
+    status = cluster.job["status"]
+    assert status["startTime"] == "2026-01-01T12:00:01Z"
+    assert status["replicaStatuses"]["Worker"] == {
+        "active": 1,
+        "selector": "training.kubeflow.org/job-name=test-job,training.kubeflow.org/operator-name="
+        "pytorchjob-controller,training.kubeflow.org/replica-type=worker",
+    }
+
+
+def test_the_master_succeeding_completes_the_job_and_running_turns_false() -> None:
+    cluster = running(pytorchjob("done", workers=2))
+    cluster.set("done-master-0", "Succeeded", code=0)
+    d = cluster.step()
+    assert d.phase is v1.Phase.FINISHING and d.finish is not None and d.finish.counter == "successful"
+    status = cluster.job["status"]
+    assert status["replicaStatuses"]["Master"]["succeeded"] == 1
+    assert status["completionTime"] == "2026-01-01T12:00:03Z"
+    assert cluster.conditions()[-1] == ("Succeeded", "True", "PyTorchJobSucceeded")
+    assert ("Running", "False", "PyTorchJobRunning") in cluster.conditions()
+    assert d.cleanup_pods == [], "cleanPodPolicy None keeps the workers"
+
+
+def test_a_never_policy_worker_failing_fails_the_job_naming_the_pod_and_code() -> None:
+    cluster = running(pytorchjob("broken", workers=2, restart_policy="Never"))
+    cluster.set("broken-worker-1", "Failed", code=3)
+    d = cluster.step()
+    failed = cluster.condition("Failed")
+    assert failed["reason"] == "PyTorchJobFailed"
+    assert failed["message"] == (
+        "PyTorchJob broken has failed because 1 Worker replica(s) failed: broken-worker-1 exited with code 3 "
+        "(restartPolicy Never)"
+    )
+    assert cluster.conditions()[-1][0] == "Failed"
+    assert d.finish is not None and d.finish.counter == "failed"
+    assert sorted(p["metadata"]["name"] for p in d.cleanup_pods) == ["broken-master-0", "broken-worker-0"], (
+        "a failed job keeps no running pod"
+    )
+
+
+def test_master_success_wins_over_a_worker_failure_seen_together() -> None:
+    cluster = running(pytorchjob("race", workers=1, restart_policy="Never"))
+    cluster.set("race-master-0", "Succeeded", code=0)
+    cluster.set("race-worker-0", "Failed", code=1)
+    cluster.step()
+    assert cluster.conditions()[-1][0] == "Succeeded"
+
+
+def test_a_finished_job_is_left_finished_whatever_its_pods_do() -> None:
+    cluster = running(pytorchjob("over", workers=1, restart_policy="Never"))
+    cluster.set("over-master-0", "Succeeded", code=0)
+    cluster.step()
+    cluster.set("over-worker-0", "Failed", code=1)
+    d = cluster.step()
+    assert d.phase is v1.Phase.FINISHED and d.create_pods == [] and d.finish is None
+    assert cluster.conditions()[-1][0] == "Succeeded"
+
+
+# -- restarts ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["OnFailure", "Always"])
+def test_a_failed_pod_is_deleted_after_its_restart_is_counted_then_recreated(policy: str) -> None:
+    cluster = running(pytorchjob("onfail", master=False, workers=1, restart_policy=policy))
+    cluster.set("onfail-worker-0", "Failed", code=1)
+    d = cluster.step()
+    assert [p["metadata"]["name"] for p in d.delete_pods] == ["onfail-worker-0"]
+    assert d.status["restartCount"] == 1 and ("restarted", 1) in d.counters
+    assert cluster.condition("Restarting")["reason"] == "PyTorchJobRestarting"
+    assert "PyTorchJobRestarting" in events(d)
+    assert cluster.conditions()[-1][0] == "Restarting" and "Running" not in [
+        c[0] for c in cluster.conditions()
+    ]
+    again = cluster.step()
+    assert [p["metadata"]["name"] for p in again.create_pods] == ["onfail-worker-0"]
+
+
+def test_a_restarted_replica_can_go_on_to_succeed() -> None:
+    cluster = running(pytorchjob("recovers", master=False, workers=1))
+    cluster.set("recovers-worker-0", "Failed", code=1)
+    cluster.step()
+    cluster.step()
+    cluster.set("recovers-worker-0", "Succeeded", code=0)
+    cluster.step()
+    assert cluster.conditions()[-1][0] == "Succeeded"
+    assert cluster.job["status"]["restartCount"] == 1
+
+
+def test_exit_code_policy_retries_codes_from_128_and_fails_on_lower_ones() -> None:
+    retried = running(pytorchjob("sigkill", master=False, workers=1, restart_policy="ExitCode"))
+    retried.set("sigkill-worker-0", "Failed", code=137)
+    retried.step()
+    assert retried.conditions()[-1][0] == "Restarting" and "Failed" not in [
+        c[0] for c in retried.conditions()
+    ]
+    bug = running(pytorchjob("bug", master=False, workers=1, restart_policy="ExitCode"))
+    bug.set("bug-worker-0", "Failed", code=1)
+    bug.step()
+    assert "exited with code 1" in bug.condition("Failed")["message"]
+    assert "ExitCode" in bug.condition("Failed")["message"]
+
+
+@pytest.mark.parametrize(("policy", "code"), [("OnFailure", 1), ("ExitCode", 143)])
+def test_the_backoff_limit_counts_every_recreated_pod_once(policy: str, code: int) -> None:
+    cluster = running(
+        pytorchjob("flaky", master=False, workers=1, restart_policy=policy, run_policy={"backoffLimit": 2})
+    )
+    for _ in range(3):
+        cluster.set("flaky-worker-0", "Failed", code=code)
+        cluster.step()  # counted, deleted
+        cluster.step()  # recreated
+        cluster.step()  # a pass that sees nothing new counts nothing
+    failed = cluster.condition("Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert "3 restarts, backoffLimit 2" in failed["message"]
+    assert cluster.job["status"]["restartCount"] == 3
+
+
+def test_in_place_container_restarts_count_against_the_backoff_limit() -> None:
+    cluster = running(pytorchjob("crashloop", master=False, workers=1, run_policy={"backoffLimit": 2}))
+    cluster.set("crashloop-worker-0", "Running", restarts=1)
+    d = cluster.step()
+    assert "PyTorchJobRestarting" in events(d) and d.status["restartCount"] == 1
+    assert "Failed" not in [c[0] for c in cluster.conditions()], "one restart is within the limit"
+    cluster.step()
+    assert cluster.job["status"]["restartCount"] == 1, "the same restart is counted once"
+    cluster.set("crashloop-worker-0", "Running", restarts=3)
+    cluster.step()
+    assert cluster.condition("Failed")["reason"] == "BackoffLimitExceeded"
+
+
+# -- suspend and resume ------------------------------------------------------------------------------
+def test_a_job_created_suspended_gets_no_pods_and_no_start_time() -> None:
+    cluster = Cluster(pytorchjob("test-job", run_policy={"suspend": True}))
+    d = cluster.step()
+    assert d.phase is v1.Phase.SUSPENDED and d.create_pods == [] and d.create_services == []
+    assert cluster.conditions() == [
+        ("Created", "True", "PyTorchJobCreated"),
+        ("Suspended", "True", "PyTorchJobSuspended"),
+    ]
+    assert "startTime" not in cluster.job["status"]
+
+
+def test_suspending_deletes_everything_and_resuming_restarts_the_clock() -> None:
+    cluster = running(pytorchjob("test-job", workers=1))
+    started = cluster.job["status"]["startTime"]
+    cluster.job["spec"]["runPolicy"] = {"suspend": True}
+    d = cluster.step()
+    assert sorted(p["metadata"]["name"] for p in d.cleanup_pods) == ["test-job-master-0", "test-job-worker-0"]
+    assert len(d.cleanup_services) == 2 and cluster.pods == {}
+    assert "PyTorchJobSuspended" in events(d)
+    status = cluster.job["status"]
+    assert status["startTime"] == started
+    assert ("Running", "False", "PyTorchJobSuspended") in cluster.conditions()
+    assert cluster.conditions()[-1] == ("Suspended", "True", "PyTorchJobSuspended")
+    assert all("active" not in r for r in status["replicaStatuses"].values())
+
+    cluster.job["spec"]["runPolicy"] = {"suspend": False}
+    resumed = cluster.step()
+    assert "PyTorchJobResumed" in events(resumed) and len(resumed.create_pods) == 2
+    assert ("Suspended", "False", "PyTorchJobResumed") in cluster.conditions()
+    assert cluster.job["status"]["startTime"] == "2026-01-01T12:00:04Z" != started
+    for name in cluster.pods:
+        cluster.set(name, "Running")
+    cluster.step()
+    assert cluster.conditions()[-1] == ("Running", "True", "PyTorchJobRunning")
+
+
+# -- deadlines, TTLs, cleanup ------------------------------------------------------------------------
+def test_a_deadline_is_looked_at_on_time_and_fails_the_job_from_its_start_time() -> None:
+    cluster = running(pytorchjob("slow", workers=1, run_policy={"activeDeadlineSeconds": 4}))
+    assert cluster.last is not None and cluster.last.requeue_after == 3.0
+    d = cluster.step(3)
+    failed = cluster.condition("Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    assert "active longer than the specified deadline of 4s" in failed["message"]
+    assert len(d.cleanup_pods) == 2
+
+
+def test_a_new_controller_learns_the_deadline_from_the_jobs_start_time() -> None:
+    cluster = running(pytorchjob("restarted", workers=1, run_policy={"activeDeadlineSeconds": 6}))
+    fresh = v1.decide(
+        cluster.job, v1.Observed(list(cluster.pods.values())), cluster.now + dt.timedelta(seconds=2), SETUP
+    )
+    assert fresh.requeue_after == 3.0, "no memory of the old controller is needed"
+
+
+@pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
+def test_the_ttl_deletes_a_finished_job_on_time(outcome: str) -> None:
+    cluster = running(
+        pytorchjob(
+            "short",
+            master=False,
+            workers=1,
+            restart_policy="Never",
+            run_policy={"ttlSecondsAfterFinished": 3},
+        )
+    )
+    cluster.set("short-worker-0", outcome, code=0 if outcome == "Succeeded" else 1)
+    finishing = cluster.step()
+    assert finishing.requeue_after == 3.0 and not finishing.delete_job
+    assert cluster.step(2).requeue_after == 1.0
+    expired = cluster.step(1)
+    assert expired.phase is v1.Phase.FINISHED and expired.delete_job and expired.requeue_after is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "deleted"),
+    [
+        ("None", []),
+        ("Running", ["clean-worker-0", "clean-worker-1"]),
+        ("All", ["clean-master-0", "clean-worker-0", "clean-worker-1"]),
+    ],
+)
+def test_clean_pod_policy_decides_what_a_finished_job_leaves(policy: str, deleted: list[str]) -> None:
+    cluster = running(pytorchjob("clean", workers=2, run_policy={"cleanPodPolicy": policy}))
+    cluster.set("clean-master-0", "Succeeded", code=0)
+    d = cluster.step()
+    assert sorted(p["metadata"]["name"] for p in d.cleanup_pods) == deleted
+    services = sorted(s["metadata"]["name"] for s in d.cleanup_services)
+    assert services == (deleted if policy != "None" else [])
+
+
+def test_a_job_failed_by_its_deadline_keeps_no_running_pod_even_under_clean_pod_policy_none() -> None:
+    # Upstream keeps the pods training under cleanPodPolicy None; a retry would then train beside them
+    # on the same checkpoint dir. Finished pods stay, for their logs.
+    cluster = running(
+        pytorchjob("keep", workers=1, run_policy={"activeDeadlineSeconds": 4, "cleanPodPolicy": "None"})
+    )
+    cluster.set("keep-worker-0", "Succeeded", code=0)
+    d = cluster.step(4)
+    assert cluster.condition("Failed")["reason"] == "DeadlineExceeded"
+    assert [p["metadata"]["name"] for p in d.cleanup_pods] == ["keep-master-0"]
+
+
+# -- refusals and who manages a job ------------------------------------------------------------------
+def test_a_refused_child_either_fails_the_job_or_says_why_while_retrying() -> None:
+    cluster = running(pytorchjob("refused", workers=1))
+    last = cluster.last
+    assert last is not None
+    waiting = v1.on_rejection(
+        last, last.status, "FailedCreate", "exceeded quota", fails_job=False, setup=SETUP
+    )
+    assert waiting.phase is v1.Phase.RUNNING
+    assert ("ReplicaFailure", "True", "FailedCreate") in [
+        (c["type"], c["status"], c["reason"]) for c in waiting.status["conditions"]
+    ]
+    assert waiting.after_creates()["conditions"] == last.status["conditions"]
+    failed = v1.on_rejection(last, last.status, "NameConflict", "taken", fails_job=True, setup=SETUP)
+    assert failed.phase is v1.Phase.FINISHING and failed.finish is not None
+    assert failed.finish.message == "PyTorchJob refused has failed: taken"
+    assert len(failed.cleanup_pods) == 2
+
+
+def test_which_jobs_each_managed_by_mode_takes() -> None:
+    compatible, kubetrain_only = (
+        Options().settings().managed_by,
+        Options(managed_by="kubetrain").settings().managed_by,
+    )
+    for value, compatible_takes, kubetrain_takes in [
+        (None, True, False),
+        ("kubeflow.org/training-operator", True, False),
+        ("kubetrain.dev/controller", True, True),
+        ("kueue.x-k8s.io/multikueue", False, False),
+    ]:
+        assert (value in compatible, value in kubetrain_only) == (compatible_takes, kubetrain_takes), value
