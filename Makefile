@@ -65,6 +65,23 @@ $(KFP_VENV)/.installed: pyproject.toml Makefile | $(UV)
 .PHONY: kfp-venv
 kfp-venv: $(KFP_VENV)/.installed ## Create the KFP environment
 
+# The upstream Python SDKs, unchanged: kubeflow-training (Training Operator v1, TrainingClient) and
+# kubeflow (Trainer v2, TrainerClient). Their pins agree (kubernetes 35), so one environment holds
+# both; it has torch too, because tests/sdk starts its own cluster from it and the process node runs
+# pods with this interpreter. (Both packages ship kubeflow/__init__.py: the last one installed wins,
+# and neither SDK reads it.)
+SDK_VENV := .venv-sdk
+SDKS := 'kubeflow-training>=1.9,<1.10' 'kubeflow>=0.5,<0.6'
+
+$(SDK_VENV)/.installed: pyproject.toml | $(UV)
+	@echo ">> creating $(SDK_VENV) (the kubeflow-training and kubeflow SDKs, with torch for the process node)"
+	@test -x $(SDK_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(SDK_VENV)
+	@$(UV) pip install -q --compile-bytecode -p $(SDK_VENV)/bin/python -e '.[controller,dev,train]' $(SDKS)
+	@touch $@
+
+.PHONY: sdk-venv
+sdk-venv: $(SDK_VENV)/.installed ## Create the environment of the upstream SDKs' tests
+
 .PHONY: components
 components: kfp-venv ## Recompile the KFP components' YAML under components/
 	@$(KFP_VENV)/bin/python -m kubetrain.components.compile
@@ -111,10 +128,12 @@ lint: venv ## ruff and mypy --strict
 test-unit: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
 
-# One fresh cluster serves all four test runs; its process node runs pods with
-# .venv's interpreter (torch), whichever environment the tests run in.
+# One fresh cluster serves the first four test runs; its process node runs pods with
+# .venv's interpreter (torch), whichever environment the tests run in. The upstream SDKs' pods
+# name no node, so tests/sdk starts a small cluster of its own with --process-node-default
+# (the other suites rely on simulated nodes taking such pods).
 .PHONY: test
-test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, e2e, Airflow and KFP tests on a fresh local cluster
+test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, integration, e2e, Airflow, KFP and upstream SDK tests on fresh local clusters
 	@state=$$(mktemp -d -t kubetrain-test-XXXXXX); \
 	trap '$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null' EXIT; \
 	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 && \
@@ -122,7 +141,9 @@ test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, 
 	echo ">> core tests" && $(VENV)/bin/pytest $(PYTEST_ARGS) && \
 	echo ">> Airflow 3 provider tests" && $(AIRFLOW3_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
 	echo ">> Airflow 2.11 provider tests" && $(AIRFLOW2_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
-	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS)
+	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS) && \
+	$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null 2>&1 && \
+	echo ">> upstream SDK tests (their own cluster)" && $(SDK_VENV)/bin/pytest tests/sdk $(PYTEST_ARGS)
 
 .PHONY: demo
 demo: build $(AIRFLOW3_VENV)/.installed $(KFP_VENV)/.installed ## Set up the local cluster and run the main job (Airflow, then KFP)

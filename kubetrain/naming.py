@@ -111,6 +111,9 @@ RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the run
 
 # -- the dev cluster's process node --------------------------------------------------------------
 LABEL_PROCESS_NODE: Final = "kubetrain.dev/process-node"  # also the key of its taint
+# Label of every simulated (kwok) node, and the key of their taint on a cluster whose process node is
+# the default node (`kubetrain dev up --process-node-default`).
+LABEL_SIMULATED_NODE: Final = "kubetrain.dev/simulated"
 PROCESS_NODE_PROVISIONER: Final = "kubetrain.dev/local-path"
 
 

@@ -32,10 +32,20 @@ from tests.support import ControllerHandle, Jobs, start_controller_process, wait
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The Airflow and KFP tests run in virtual environments of their own (make test runs them all).
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is not installed
+        return False
+
+
+# The Airflow, KFP and upstream SDK tests run in virtual environments of their own (make test runs
+# them all).
 collect_ignore_glob = [
-    *([] if importlib.util.find_spec("airflow") else ["airflow/*"]),
-    *([] if importlib.util.find_spec("kfp") else ["kfp/*"]),
+    *([] if _installed("airflow") else ["airflow/*"]),
+    *([] if _installed("kfp") else ["kfp/*"]),
+    *([] if _installed("kubeflow.training") and _installed("kubeflow.trainer") else ["sdk/*"]),
 ]
 
 

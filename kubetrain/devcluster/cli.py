@@ -65,6 +65,14 @@ def up_command(
     process_node_gpus: Annotated[
         int, typer.Option(help="GPUs the process node advertises when the host has none.")
     ] = 0,
+    process_node_default: Annotated[
+        bool,
+        typer.Option(
+            "--process-node-default",
+            help="Pods that name no node run on the process node for real; simulated nodes take only "
+            "pods that tolerate the kubetrain.dev/simulated taint.",
+        ),
+    ] = False,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -90,6 +98,7 @@ def up_command(
                 apiserver_port=port,
                 process_node=process_node,
                 process_node_gpus=process_node_gpus,
+                process_node_default=process_node_default,
                 workdir=str((workdir or Path.cwd()).resolve()),
             ),
             console=console,

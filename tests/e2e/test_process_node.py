@@ -61,6 +61,18 @@ async def test_the_node_is_ready_with_host_capacity_and_a_lease(
     assert lease.spec.holder_identity == PROCESS_NODE and lease.spec.renew_time is not None
 
 
+async def test_a_pod_with_resource_requests_runs_to_success(core: client.CoreV1Api, namespace: str) -> None:
+    # The API server gives such a pod the Burstable QoS class, immutable: a status write that says
+    # otherwise is refused, and the pod stayed Pending while its process ran.
+    resources = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    await core.create_namespaced_pod(
+        namespace, pod("sized", "print('ran')", container={"resources": resources})
+    )
+    done = await wait_phase(core, namespace, "sized", "Succeeded", "Failed")
+    assert done.status.phase == "Succeeded" and done.status.qos_class == "Burstable"
+    assert await core.read_namespaced_pod_log("sized", namespace) == "ran\n"
+
+
 async def test_env_comes_from_fields_config_maps_and_secrets(
     core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:

@@ -59,6 +59,8 @@ class Settings:
     workdir: Path
     api_server: str
     fake_gpus: int = 0
+    # Untainted, so pods that name no node run here (the simulated nodes carry a taint instead).
+    default_node: bool = False
 
 
 def detect_gpus() -> list[str]:
@@ -214,7 +216,7 @@ class Agent:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.settings.name, "labels": labels},
-            "spec": {"taints": [NODE_TAINT]},
+            "spec": {"taints": [] if self.settings.default_node else [NODE_TAINT]},
             "status": self._node_status(capacity),
         }
 

@@ -436,8 +436,7 @@ class PodWorker:
             "podIPs": [{"ip": self.address}],
             "startTime": self.start_time,
             "containerStatuses": [c.status() for c in self.mains],
-            "qosClass": "BestEffort",
-        }
+        }  # no qosClass: the API server sets it at creation from the resources, and it is immutable
         if self.inits:
             status["initContainerStatuses"] = [c.status() for c in self.inits]
         if self.reason:
