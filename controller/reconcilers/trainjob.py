@@ -44,7 +44,7 @@ from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
-from kubetrain.controller.plugins.gang import Coscheduling, GangPlugin, GangScheduler, Volcano
+from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import jobset
@@ -492,24 +492,12 @@ class TrainJobReconciler(JobReconciler):
 
     # -- children --------------------------------------------------------------------------------------
     def _gang(self, info: TrainJobInfo) -> GangScheduler | None:
-        """The runtime's podGroupPolicy as a gang scheduler: coscheduling runs on the scheduler's
-        native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
-        policy = info.gang_policy
-        if policy == "volcano":
-            return Volcano()
-        if policy == "coscheduling":
-            if self.settings.gang is not None and self.settings.gang.builtin:
-                return self.settings.gang
-            trainer = info.trainer() or info.pod_sets[0]
-            return Coscheduling(
-                str(trainer.template.get("spec", {}).get("schedulerName") or "scheduler-plugins-scheduler")
-            )
-        return None
+        return trainjob_gang(info.gang_policy, self.settings.gang)
 
     def _plugins(self, gang: GangScheduler | None) -> list[PodPlugin]:
         plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         if gang is not None:
-            plugins.append(GangPlugin(gang))
+            plugins.append(TrainJobGangPlugin(gang))
         return plugins
 
     async def _prepare(self, info: TrainJobInfo, gang: GangScheduler | None) -> None:

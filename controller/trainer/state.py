@@ -122,11 +122,13 @@ class TrainJobInfo(JobIdentity):
         )
         if queue:
             scheduling["queue"] = queue
-        for pod_set in self.pod_sets:
+        for pod_set in self.pod_sets:  # the last replicated job that names one wins, as upstream's
             priority = pod_set.template.get("spec", {}).get("priorityClassName")
             if priority:
                 scheduling["priorityClass"] = priority
-                break
+        topology = (policy.get("volcano") or {}).get("networkTopology")
+        if topology:
+            scheduling["networkTopology"] = topology
         return {"schedulingPolicy": scheduling}
 
     @property

@@ -360,10 +360,37 @@ class TrainJob(ApiModel):
 # -- Runtimes -----------------------------------------------------------------------------------
 
 
-class TorchPolicy(ApiModel):
-    env_injection: dict[str, Any] | None = Field(
-        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+class EnvInjectionTarget(ApiModel):
+    """Containers of one replicated job that get the PET_* env of torchrun, besides the trainer's node container."""
+
+    job_name: str = Field(min_length=1, max_length=253)
+    container_names: Annotated[
+        list[Annotated[str, Field(max_length=63)]],
+        Field(
+            min_length=1,
+            max_length=8,
+            json_schema_extra=rules(
+                cel(
+                    "!self.exists(c, c == 'node')",
+                    "spec.mlPolicy.torch.envInjection.targets[*].containerNames must not include node: the "
+                    "trainer's node container always gets the PET_* env",
+                ),
+                **{"x-kubernetes-list-type": "set"},
+            ),
+        ),
+    ]
+
+
+class EnvInjection(ApiModel):
+    targets: list[EnvInjectionTarget] | None = Field(
+        None,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["jobName"]},
     )
+
+
+class TorchPolicy(ApiModel):
+    env_injection: EnvInjection | None = None
 
 
 class MPIPolicy(ApiModel):
@@ -395,6 +422,11 @@ _ML_POLICY_RULES = rules(
         "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost), has(self.flux)]"
         ".filter(x, x).size() <= 1",
         "mlPolicy must set at most one of torch, mpi, jax, xgboost, flux",
+    ),
+    cel(
+        "!has(self.flux)",
+        "spec.mlPolicy.flux is not supported: kubetrain does not run the Flux framework (it has no Flux "
+        "operator to hand the pods to); use the mpi policy for HPC-style launches",
     ),
 )
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.trainer.build import build
 from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
@@ -467,3 +468,109 @@ def test_resources_that_are_not_quantities_name_their_field() -> None:
     job = trainjob({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}}})
     with pytest.raises(BuildError, match=r"spec.trainer.resourcesPerNode: limits.nvidia.com/gpu 'lots'"):
         build(job, runtime("torch-distributed"))
+
+
+def with_side_containers(base: dict[str, Any]) -> dict[str, Any]:
+    """torch-distributed with an init container and a sidecar in its node job."""
+    changed = copy.deepcopy(base)
+    pod = changed["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["initContainers"] = [{"name": "preflight", "image": "example.com/check:1"}]
+    pod["containers"].append({"name": "metrics", "image": "example.com/metrics:1"})
+    return changed
+
+
+def test_env_injection_gives_the_named_init_and_sidecar_containers_every_pet_variable() -> None:
+    shipped = with_side_containers(runtime("torch-distributed"))
+    shipped["spec"]["mlPolicy"]["torch"] = {
+        "envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight", "metrics"]}]}
+    }
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    spec = info.pod_sets[0].template["spec"]
+    preflight, metrics = spec["initContainers"][0], spec["containers"][1]
+    for container in (preflight, metrics):
+        env = env_of(container)
+        assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "mnist-node-0-0.mnist"
+        assert env["PET_MASTER_PORT"] == "29500" and "PET_NODE_RANK" in env and "PET_NPROC_PER_NODE" in env
+        assert "ports" not in container, "only the trainer opens the rendezvous port"
+    plain = build(trainjob({"trainer": {"numNodes": 2}}), with_side_containers(runtime("torch-distributed")))
+    assert "env" not in plain.pod_sets[0].template["spec"]["initContainers"][0], "without envInjection: none"
+
+
+def test_env_injection_targets_keep_the_master_address_under_torchtune() -> None:
+    shipped = runtime("torchtune-llama3.2-1b")
+    shipped["spec"]["mlPolicy"]["torch"] = {
+        "envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight"]}]}
+    }
+    pod = shipped["spec"]["template"]["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"]
+    pod["initContainers"] = [{"name": "preflight", "image": "example.com/check:1"}]
+    job = trainjob({"trainer": {"command": ["tune", "run"]}})
+    job["spec"]["runtimeRef"]["name"] = "torchtune-llama3.2-1b"
+    info = build(job, shipped)
+    trainer = info.pod_set("node")
+    assert trainer is not None
+    assert "PET_MASTER_ADDR" in env_of(trainer.template["spec"]["initContainers"][0])
+    assert "PET_MASTER_ADDR" not in env_of(node(info)), "tune run gets its endpoint on the command line"
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            {"jobName": "launcher", "containerNames": ["x"]},
+            r"targets\[0\]\.jobName 'launcher' is not a replicated job",
+        ),
+        (
+            {"jobName": "node", "containerNames": ["ghost"]},
+            r"targets\[0\]\.containerNames\[0\] 'ghost' is not a container",
+        ),
+    ],
+)
+def test_an_env_injection_target_the_runtime_lacks_names_it(target: dict[str, Any], message: str) -> None:
+    shipped = runtime("torch-distributed")
+    shipped["spec"]["mlPolicy"]["torch"] = {"envInjection": {"targets": [target]}}
+    with pytest.raises(BuildError, match=r"spec\.mlPolicy\.torch\.envInjection\." + message):
+        build(trainjob({"trainer": {"numNodes": 1}}), shipped)
+
+
+@pytest.mark.parametrize("scheduler_name", [None, "my-scheduler"])
+def test_a_coscheduled_trainjob_pod_gets_the_pod_group_label_and_keeps_the_runtimes_scheduler(
+    scheduler_name: str | None,
+) -> None:
+    shipped = runtime("torch-distributed")
+    shipped["spec"]["podGroupPolicy"] = {"coscheduling": {}}
+    if scheduler_name:
+        pod = shipped["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod["spec"]["schedulerName"] = scheduler_name
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    gang = trainjob_gang(info.gang_policy, None)
+    assert gang is not None
+    pod = jobset.build_pod(
+        info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[TrainJobGangPlugin(gang)]
+    )
+    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mnist"
+    assert pod["spec"].get("schedulerName") == scheduler_name, "upstream adds the label only"
+    assert not info.warnings
+
+
+def test_a_volcano_trainjob_pod_gets_the_group_annotation_only() -> None:
+    shipped = runtime("torch-distributed")
+    shipped["spec"]["podGroupPolicy"] = {"volcano": {}}
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    gang = trainjob_gang(info.gang_policy, None)
+    assert gang is not None
+    pod = jobset.build_pod(
+        info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[TrainJobGangPlugin(gang)]
+    )
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mnist"
+    assert "volcano.sh/task-spec" not in pod["metadata"]["annotations"]
+    assert "schedulerName" not in pod["spec"]
+
+
+def test_the_volcano_pod_group_carries_the_runtimes_network_topology() -> None:
+    shipped = runtime("torch-distributed")
+    topology = {"mode": "hard", "highestTierAllowed": 2}
+    shipped["spec"]["podGroupPolicy"] = {"volcano": {"networkTopology": topology}}
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    gang = trainjob_gang(info.gang_policy, None)
+    assert gang is not None
+    assert gang.pod_group(info)["spec"]["networkTopology"] == topology
