@@ -40,6 +40,7 @@ class PodSet:
     template: Obj
     job_spec: Obj
     depends_on: list[Obj] = field(default_factory=list)
+    group: str = "default"  # JobSet's groupName
 
     @property
     def backoff_limit(self) -> int:
@@ -88,6 +89,7 @@ class TrainJobInfo(JobIdentity):
     subdomain: str
     warnings: list[str] = field(default_factory=list)
     extras: list[Extra] = field(default_factory=list)
+    coordinator: str | None = None  # JobSet's coordinator endpoint, labelled on every pod
 
     # -- what pod plugins (checkpoint, GPU, gang) read, beside the job's identity -------------------
     @property

@@ -346,7 +346,7 @@ def test_a_failed_pod_is_replaced_until_the_backoff_limit_then_the_job_fails() -
     obs = jobset.observe(info, [fake_pod(info, "node", 0, "Failed"), second], 0)
     [child] = obs.jobs
     assert child.failed
-    decision = jobset.on_job_failure(info, child, 0)
+    decision = jobset.on_job_failure(info, [child], 0)
     assert (decision.restart, decision.reason) == (False, "FailedJobs")
     assert "exited with code 3" in decision.message and "backoffLimit 1" in decision.message
 
@@ -388,8 +388,8 @@ def test_max_restarts_restarts_then_reports_reaching_the_limit() -> None:
     info.jobset["spec"]["failurePolicy"] = {"maxRestarts": 2}
     info.pod_sets[0].job_spec["backoffLimit"] = 0
     [child] = jobset.observe(info, [fake_pod(info, "node", 0, "Failed")], 0).jobs
-    assert jobset.on_job_failure(info, child, 1).restart
-    last = jobset.on_job_failure(info, child, 2)
+    assert jobset.on_job_failure(info, [child], 1).restart
+    last = jobset.on_job_failure(info, [child], 2)
     assert (last.restart, last.reason) == (False, "ReachedMaxRestarts")
 
 
@@ -401,7 +401,7 @@ def test_a_fail_rule_overrides_max_restarts() -> None:
     }
     info.pod_sets[0].job_spec["backoffLimit"] = 0
     [child] = jobset.observe(info, [fake_pod(info, "node", 0, "Failed")], 0).jobs
-    decision = jobset.on_job_failure(info, child, 0)
+    decision = jobset.on_job_failure(info, [child], 0)
     assert (decision.restart, decision.reason) == (False, "FailJobSetFailurePolicyAction")
 
 
