@@ -658,6 +658,19 @@ class ReplicatedJob(ApiModel):
     depends_on: list[DependsOn] | None = Field(None, max_length=5)
     template: JobTemplate
 
+    model_config = ConfigDict(
+        **ApiModel.model_config,
+        json_schema_extra=rules(
+            cel(
+                f"!has(self.replicas) || self.replicas == 1 || !has(self.template.metadata) || "
+                f"!has(self.template.metadata.labels) || !('{naming.LABEL_TRAINJOB_ANCESTOR}' in "
+                "self.template.metadata.labels)",
+                "spec.template.spec.replicatedJobs[*].replicas must be 1 for a replicated job labelled "
+                f"{naming.LABEL_TRAINJOB_ANCESTOR} (the trainer and the initializers run as one Job, as upstream)",
+            )
+        ),
+    )
+
 
 class Network(ApiModel):
     enable_dns_hostnames: bool | None = Field(None, alias="enableDNSHostnames")

@@ -444,6 +444,12 @@ def _job_spec(**fields: Any) -> dict[str, Any]:
     return {"name": "node", "template": {"spec": {"template": pod, **fields}}}
 
 
+def _trainer_job(**fields: Any) -> dict[str, Any]:
+    job = _replicated_job("node", **fields)
+    job["template"]["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
+    return job
+
+
 FAIL_ON_42 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
 
 
@@ -490,6 +496,7 @@ FAIL_ON_42 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", 
             "onJobFailureReasons[0]",
         ),
         (_runtime(_replicated_job("node", groupName="Bad_Group")), "groupName"),
+        (_runtime(_trainer_job(replicas=2)), "replicas must be 1 for a replicated job labelled"),
     ],
     ids=[
         "job-ttl",
@@ -506,6 +513,7 @@ FAIL_ON_42 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", 
         "coordinator-unknown-job",
         "failure-reason-unknown",
         "group-name-not-a-label",
+        "trainer-replicas",
     ],
 )
 async def test_a_jobset_or_job_field_kubetrain_does_not_carry_out_is_refused_naming_it(
