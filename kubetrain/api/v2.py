@@ -292,6 +292,15 @@ _TRAINJOB_SPEC_RULES = rules(
         "!has(self.runtimePatches) || self.runtimePatches.all(p, p.manager.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$'))",
         "spec.runtimePatches[*].manager must be a domain-prefixed path such as example.com/my-manager",
     ),
+    cel(
+        "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend) || "
+        "((has(self.runtimePatches) ? self.runtimePatches : []) == "
+        "(has(oldSelf.runtimePatches) ? oldSelf.runtimePatches : []) && "
+        "(has(self.podTemplateOverrides) ? self.podTemplateOverrides : []) == "
+        "(has(oldSelf.podTemplateOverrides) ? oldSelf.podTemplateOverrides : []))",
+        "spec.runtimePatches and spec.podTemplateOverrides may change only while the TrainJob is suspended (or "
+        "in the update that suspends or resumes it), as upstream: running pods would not get the change",
+    ),
 )
 
 

@@ -215,6 +215,33 @@ async def test_a_trainjob_runtime_ref_is_immutable(custom: client.CustomObjectsA
     assert "spec.runtimeRef is immutable" in raised.value.body
 
 
+async def test_runtime_patches_change_only_while_the_trainjob_is_suspended(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    assert await _create(custom, namespace, copy.deepcopy(TRAINJOB)) == ""
+    patches = [
+        {
+            "manager": "example.com/m",
+            "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"a": "b"}}}},
+        }
+    ]
+
+    async def patch(spec: dict[str, Any]) -> None:
+        await custom.patch_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "llm", {"spec": spec},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
+    with pytest.raises(client.ApiException) as raised:
+        await patch({"runtimePatches": patches})
+    assert (
+        "spec.runtimePatches and spec.podTemplateOverrides may change only while the TrainJob is suspended"
+        in (raised.value.body)
+    )
+    await patch({"runtimePatches": patches, "suspend": True})  # Kueue's way: in the update that suspends
+    await patch({"runtimePatches": [], "suspend": False})  # or in the one that resumes
+
+
 async def test_kubectl_get_kubeflow_lists_every_job_kind(
     kubectl: Any, custom: client.CustomObjectsApi, namespace: str
 ) -> None:
