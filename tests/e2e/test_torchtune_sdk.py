@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 
 from tests.conftest import REPO, Kubectl
 from tests.e2e.test_process_node_training import claim_dir
-from tests.support import Jobs
+from tests.support import TORCHTUNE_SDK, Jobs
 
 TJ = "TrainJob"
 # Not "tune": the process node resolves a word of the command that names a Service (the TrainJob's
@@ -30,18 +30,7 @@ PROCESS_NODE = {
     "tolerations": [{"key": "kubetrain.dev/process-node", "operator": "Exists", "effect": "NoSchedule"}],
     "terminationGracePeriodSeconds": 5,
 }
-# BuiltinTrainer(config=TorchTuneConfig(
-#     dataset_preprocess_config=TorchTuneInstructDataset(source=DataFormat.PARQUET, split="train[:10%]")))
-# with Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca/data")).
-SDK_TRAINER = {
-    "command": ["tune", "run"],
-    "args": [
-        "dataset.data_dir=/workspace/dataset/data",
-        "dataset=torchtune.datasets.instruct_dataset",
-        "dataset.source=parquet",
-        "dataset.split=train[:10%]",
-    ],
-}
+SDK_TRAINER = TORCHTUNE_SDK["dataset"]  # BuiltinTrainer(TorchTuneConfig(dataset_preprocess_config=...))
 
 
 def local_torchtune_runtime() -> dict[str, Any]:

@@ -1,8 +1,7 @@
 """torchtune through the kubeflow SDK's BuiltinTrainer: the pod command and env upstream's torch plugin gives.
 
 The SDK (``kubeflow`` 0.5) sends ``command: [tune, run]`` and the config overrides of its
-``TorchTuneConfig`` as ``args``; the trainers below are what its ``get_trainer_cr_from_builtin_trainer``
-returns for each config (resources as it writes them: floats, requests and limits). The expected command
+``TorchTuneConfig`` as ``args`` (``tests.support.TORCHTUNE_SDK``: what it sends for each config). The expected command
 lines are upstream's (Kubeflow Trainer v2.3's torch plugin on its torchtune runtimes, whose commands the
 shipped runtimes keep); the ``test-job`` cases are those of upstream's own build tests.
 """
@@ -18,6 +17,7 @@ import yaml
 
 from kubetrain.controller.trainer.build import build
 from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
+from tests.support import TORCHTUNE_SDK
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 TORCHTUNE = ["torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"]
@@ -34,46 +34,7 @@ def gpus(n: float) -> dict[str, Any]:
     return {"limits": {"nvidia.com/gpu": n}, "requests": {"nvidia.com/gpu": n}}
 
 
-# BuiltinTrainer(config=TorchTuneConfig(...)) -> spec.trainer, as the SDK builds it.
-SDK = {
-    "empty": {"command": ["tune", "run"], "args": []},  # TorchTuneConfig()
-    "full": {  # dtype=BF16, batch_size=2, epochs=1, loss=CEWithChunkedOutputLoss, resources_per_node={"gpu": 2}
-        "command": ["tune", "run"],
-        "args": [
-            "dtype=bf16",
-            "batch_size=2",
-            "epochs=1",
-            "loss=torchtune.modules.loss.CEWithChunkedOutputLoss",
-        ],
-        "resourcesPerNode": gpus(2.0),
-    },
-    "lora": {  # peft_config=LoraConfig(lora_rank=8, lora_alpha=16), resources_per_node={"gpu": 2}
-        "command": ["tune", "run"],
-        "args": [
-            "model.lora_rank=8",
-            "model.lora_alpha=16",
-            "model.lora_attn_modules=[q_proj,v_proj,output_proj]",
-        ],
-        "resourcesPerNode": gpus(2.0),
-    },
-    "qlora": {  # peft_config=LoraConfig(quantize_base=True), resources_per_node={"gpu": 1}
-        "command": ["tune", "run"],
-        "args": ["model.quantize_base=True", "model.lora_attn_modules=[q_proj,v_proj,output_proj]"],
-        "resourcesPerNode": gpus(1.0),
-    },
-    "cpu": {  # HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca/data"),
-        # dataset_preprocess_config=TorchTuneInstructDataset(source=PARQUET, split="train[:10%]"),
-        # resources_per_node={"cpu": 2}
-        "command": ["tune", "run"],
-        "args": [
-            "dataset.data_dir=/workspace/dataset/data",
-            "dataset=torchtune.datasets.instruct_dataset",
-            "dataset.source=parquet",
-            "dataset.split=train[:10%]",
-        ],
-        "resourcesPerNode": {"limits": {"cpu": 2.0}, "requests": {"cpu": 2.0}},
-    },
-}
+SDK = {k: v for k, v in TORCHTUNE_SDK.items() if k != "dataset"}
 
 CONFIG = {"torchtune-llama3.2-1b": "llama3_2/1B", "torchtune-llama3.2-3b": "llama3_2/3B", "torchtune-qwen2.5-1.5b": "qwen2_5/1.5B"}  # fmt: skip
 PATHS = {
@@ -183,6 +144,15 @@ UPSTREAM_PATHS = [
     "tokenizer.path=/workspace/model/original/tokenizer.model",
     "checkpointer.checkpoint_dir=/workspace/model",
 ]
+LORA_DISTRIBUTED = [
+    "tune",
+    "run",
+    "--rdzv_endpoint=test-job-node-0-0.test-job:29500",
+    "lora_finetune_distributed",
+    "--config",
+    "llama3_2/1B_lora",
+    *UPSTREAM_PATHS,
+]
 LORA_ARGS = [
     "dataset.data_dir=/workspace/dataset/data",
     "model.apply_lora_to_mlp=True",
@@ -197,15 +167,7 @@ DATASET_ARGS = ["dataset=torchtune.datasets.instruct_dataset", "dataset.source=p
         pytest.param(
             [*LORA_ARGS, *DATASET_ARGS],
             "2",
-            [
-                "tune",
-                "run",
-                "--rdzv_endpoint=test-job-node-0-0.test-job:29500",
-                "lora_finetune_distributed",
-                "--config",
-                "llama3_2/1B_lora",
-                *UPSTREAM_PATHS,
-            ],
+            LORA_DISTRIBUTED,
             id="lora",
         ),
         pytest.param(
@@ -224,15 +186,7 @@ DATASET_ARGS = ["dataset=torchtune.datasets.instruct_dataset", "dataset.source=p
         pytest.param(
             [*LORA_ARGS, "model.quantize_base=True", "model.use_dora=True", *DATASET_ARGS],
             "2",
-            [
-                "tune",
-                "run",
-                "--rdzv_endpoint=test-job-node-0-0.test-job:29500",
-                "lora_finetune_distributed",
-                "--config",
-                "llama3_2/1B_lora",
-                *UPSTREAM_PATHS,
-            ],
+            LORA_DISTRIBUTED,
             id="dora",
         ),
     ],

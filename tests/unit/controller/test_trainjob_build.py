@@ -532,35 +532,34 @@ def test_an_env_injection_target_the_runtime_lacks_names_it(target: dict[str, An
         build(trainjob({"trainer": {"numNodes": 1}}), shipped)
 
 
-@pytest.mark.parametrize("scheduler_name", [None, "my-scheduler"])
-def test_a_coscheduled_trainjob_pod_gets_the_pod_group_label_and_keeps_the_runtimes_scheduler(
-    scheduler_name: str | None,
-) -> None:
+def gang_pod(
+    policy: dict[str, Any], scheduler_name: str | None = None
+) -> tuple[TrainJobInfo, dict[str, Any]]:
+    """Rank 0's pod of torch-distributed under ``podGroupPolicy``, its template naming a scheduler or not."""
     shipped = runtime("torch-distributed")
-    shipped["spec"]["podGroupPolicy"] = {"coscheduling": {}}
+    shipped["spec"]["podGroupPolicy"] = policy
     if scheduler_name:
         pod = shipped["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
         pod["spec"]["schedulerName"] = scheduler_name
     info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
     gang = trainjob_gang(info.gang_policy, None)
     assert gang is not None
-    pod = jobset.build_pod(
-        info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[TrainJobGangPlugin(gang)]
-    )
+    plugins = [TrainJobGangPlugin(gang)]
+    return info, jobset.build_pod(info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=plugins)
+
+
+@pytest.mark.parametrize("scheduler_name", [None, "my-scheduler"])
+def test_a_coscheduled_trainjob_pod_gets_the_pod_group_label_and_keeps_the_runtimes_scheduler(
+    scheduler_name: str | None,
+) -> None:
+    info, pod = gang_pod({"coscheduling": {}}, scheduler_name)
     assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mnist"
     assert pod["spec"].get("schedulerName") == scheduler_name, "upstream adds the label only"
     assert not info.warnings
 
 
 def test_a_volcano_trainjob_pod_gets_the_group_annotation_only() -> None:
-    shipped = runtime("torch-distributed")
-    shipped["spec"]["podGroupPolicy"] = {"volcano": {}}
-    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
-    gang = trainjob_gang(info.gang_policy, None)
-    assert gang is not None
-    pod = jobset.build_pod(
-        info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[TrainJobGangPlugin(gang)]
-    )
+    _, pod = gang_pod({"volcano": {}})
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mnist"
     assert "volcano.sh/task-spec" not in pod["metadata"]["annotations"]
     assert "schedulerName" not in pod["spec"]
