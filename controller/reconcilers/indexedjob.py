@@ -35,23 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
+from kubetrain.api import v2
 from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code
 from kubetrain.controller.reconcilers.skeleton import parse_time
 from kubetrain.controller.state import Obj
 from kubetrain.controller.trainer.state import DEFAULT_BACKOFF_LIMIT, NODE, PodSet
 
-BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-POD_FAILURE_POLICY = "PodFailurePolicy"
-FAILED_INDEXES = "FailedIndexes"
-MAX_FAILED_INDEXES_EXCEEDED = "MaxFailedIndexesExceeded"
-# What a failed child Job says, as the Job controller words it (JobSet's rules match on these).
-REASONS = (
-    BACKOFF_LIMIT_EXCEEDED,
-    DEADLINE_EXCEEDED,
-    POD_FAILURE_POLICY,
-    FAILED_INDEXES,
-    MAX_FAILED_INDEXES_EXCEEDED,
+# The reasons a failed Job gives, as the Job controller words them (JobSet's rules match on these).
+BACKOFF_LIMIT_EXCEEDED, DEADLINE_EXCEEDED, FAILED_INDEXES, MAX_FAILED_INDEXES_EXCEEDED, POD_FAILURE_POLICY = (
+    v2.JOB_FAILURE_REASONS
 )
 _MESSAGES = {
     BACKOFF_LIMIT_EXCEEDED: "Job has reached the specified backoff limit",

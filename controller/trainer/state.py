@@ -43,11 +43,6 @@ class PodSet:
     group: str = "default"  # JobSet's groupName
 
     @property
-    def backoff_limit(self) -> int:
-        value = self.job_spec.get("backoffLimit")
-        return DEFAULT_BACKOFF_LIMIT if value is None else int(value)
-
-    @property
     def restart_policy(self) -> str:
         return str((self.template.get("spec") or {}).get("restartPolicy") or DEFAULT_RESTART_POLICY)
 
