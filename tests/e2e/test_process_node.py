@@ -324,3 +324,17 @@ async def test_two_pods_listen_on_one_port_each_on_its_own_address(
         addresses[name] = out.split("listening on ")[1].split()[0]
         assert addresses[name] == done.status.pod_ip, "the wildcard listener is on the pod's own address"
     assert addresses["first"] != addresses["second"]
+
+
+async def test_a_command_named_like_a_service_is_still_the_program(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    # A TrainJob named like its command (`tune run`, a TrainJob "tune") has a Service of that name.
+    await core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "python"}, "spec": {"clusterIP": "None", "selector": {"app": "python"}}},
+    )
+    await core.create_namespaced_pod(namespace, pod("python", "print('the program ran')"))
+    done = await wait_phase(core, namespace, "python", "Succeeded", "Failed")
+    out = kubectl("logs", "python", "-n", namespace).stdout
+    assert done.status.phase == "Succeeded" and "the program ran" in out, out

@@ -273,7 +273,7 @@ class PodWorker:
             argv = [env.expand(a, values) for a in [*(spec.get("command") or []), *(spec.get("args") or [])]]
             pending = [
                 n
-                for text in [*values.values(), *argv]
+                for text in [*values.values(), *argv[1:]]
                 for n in self.agent.resolver.waiting_for(text, self.namespace, self._jobs())
             ]
             if not pending or asyncio.get_running_loop().time() > deadline:
@@ -332,7 +332,10 @@ class PodWorker:
                 self.agent.netshim, self.address, self.dir / "ports", process_env.get("LD_PRELOAD", "")
             )
         )
-        argv = [self._rewrite(a, mounts) for a in argv]
+        # The program itself is a file, never a host name (a TrainJob named like its command: `tune`).
+        argv = [
+            network.map_paths(a, mounts) if i == 0 else self._rewrite(a, mounts) for i, a in enumerate(argv)
+        ]
         log_path = container_dir / "logs" / f"{state.restarts}.log"
         return containers.Run(argv=argv, env=process_env, cwd=workdir, log_path=log_path)
 
