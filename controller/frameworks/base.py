@@ -142,6 +142,10 @@ class Framework:
         leader = self.leader(info)
         return leader is not None and any_active(counts, leader)
 
+    def tolerates_failure(self, info: JobInfo, rtype: str) -> bool:
+        """Whether a pod of ``rtype`` that failed for good leaves the job running (it fails it, for most)."""
+        return False
+
     def autoscaler(self, info: JobInfo) -> Obj | None:
         """The HorizontalPodAutoscaler the job needs, if any (an elastic PyTorchJob's)."""
         return None

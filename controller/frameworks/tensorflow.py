@@ -1,4 +1,8 @@
-"""TFJob: TF_CONFIG for distributed TensorFlow (Chief, Master, PS, Worker, Evaluator)."""
+"""TFJob: TF_CONFIG for distributed TensorFlow (Chief, Master, PS, Worker, Evaluator).
+
+With ``enableDynamicWorker`` (upstream's semantics) each pod's TF_CONFIG is the sparse form (a Worker
+sees itself and the PS), and a Worker that fails for good does not fail the job.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +57,17 @@ class TensorFlow(Framework):
             if container.get("name") == self.api.default_container:
                 return [container]
         return []
+
+    def tolerates_failure(self, info: JobInfo, rtype: str) -> bool:
+        """Upstream's ``enableDynamicWorker``: Workers come and go, so one that failed (restartPolicy Never)
+        leaves the job running; a Worker's non-retryable ``ExitCode`` failure still fails it."""
+        replica = info.replicas.get(rtype)
+        return (
+            bool(info.spec.get("enableDynamicWorker"))
+            and rtype == "Worker"
+            and replica is not None
+            and replica.restart_policy == "Never"
+        )
 
     def succeeded(self, info: JobInfo, counts: dict[str, ReplicaCounts], pods: PodsByReplica) -> bool:
         """Upstream's rule: the Chief (or Master) decides; without one, every Worker, or Worker 0 alone

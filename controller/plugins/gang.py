@@ -17,6 +17,10 @@ resources, the PodGroup around the scheduler's spec):
 
 ``minMember``/``minCount`` is ``runPolicy.schedulingPolicy.minAvailable`` or every
 replica of the job. The group is named after the job and owned by it.
+
+A TrainJob's pods join their group the way Trainer's pod-group plugins make them
+(``TrainJobGangPlugin``): the group's label or annotation only, the scheduler is
+the one the runtime's pod template names (upstream sets no ``schedulerName``).
 """
 
 from __future__ import annotations
@@ -102,6 +106,11 @@ class GangScheduler:
     def mark(self, info: JobView, rtype: str, metadata: Obj) -> None:
         """The labels or annotations that tie a pod to the job's group."""
 
+    def join(self, info: JobView, rtype: str, pod: Obj) -> None:
+        """Make ``pod`` one of the group's as Trainer does for a TrainJob: the group's label or annotation,
+        the scheduler left to the pod template."""
+        self.mark(info, rtype, pod["metadata"])
+
 
 class NativeGang(GangScheduler):
     name = "kubernetes"
@@ -117,6 +126,9 @@ class NativeGang(GangScheduler):
     def point_pod(self, info: JobView, rtype: str, pod: Obj) -> None:
         pod["spec"]["schedulingGroup"] = {"podGroupName": info.name}
 
+    def join(self, info: JobView, rtype: str, pod: Obj) -> None:
+        self.point_pod(info, rtype, pod)  # a pod is in a native group only through schedulingGroup
+
 
 class Volcano(GangScheduler):
     name = "volcano"
@@ -130,6 +142,8 @@ class Volcano(GangScheduler):
         }
         if policy.get("priorityClass"):
             spec["priorityClassName"] = policy["priorityClass"]
+        if policy.get("networkTopology"):  # a TrainJob runtime's podGroupPolicy.volcano.networkTopology
+            spec["networkTopology"] = dict(policy["networkTopology"])
         return spec
 
     def admitted(self, pod_group: Obj | None) -> bool:
@@ -141,6 +155,9 @@ class Volcano(GangScheduler):
         metadata.setdefault("annotations", {}).update(
             {naming.ANNOTATION_VOLCANO_GROUP: info.name, naming.ANNOTATION_VOLCANO_TASK: rtype.lower()}
         )
+
+    def join(self, info: JobView, rtype: str, pod: Obj) -> None:
+        pod["metadata"].setdefault("annotations", {})[naming.ANNOTATION_VOLCANO_GROUP] = info.name
 
 
 class Coscheduling(GangScheduler):
@@ -171,8 +188,20 @@ def gang_scheduler(name: str) -> GangScheduler:
     return Coscheduling(name)
 
 
+def trainjob_gang(pod_group_policy: str | None, configured: GangScheduler | None) -> GangScheduler | None:
+    """The gang scheduler of a runtime's ``podGroupPolicy``: Volcano, or coscheduling, which runs on the
+    scheduler's native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
+    if pod_group_policy == "volcano":
+        return Volcano()
+    if pod_group_policy == "coscheduling":
+        if configured is not None and configured.builtin:
+            return configured
+        return Coscheduling("scheduler-plugins-scheduler")  # a name only v1 pods are given (point_pod)
+    return None
+
+
 class GangPlugin:
-    """Points every pod at the job's pod group."""
+    """Points every pod of a v1 job at the job's pod group, and at its scheduler."""
 
     name = "gang"
 
@@ -181,3 +210,10 @@ class GangPlugin:
 
     def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
         self.scheduler.point_pod(info, rtype, pod)
+
+
+class TrainJobGangPlugin(GangPlugin):
+    """Puts every pod of a TrainJob in its pod group; the runtime's pod template picks the scheduler."""
+
+    def decorate_pod(self, info: JobView, rtype: str, index: int, pod: Obj) -> None:
+        self.scheduler.join(info, rtype, pod)

@@ -1,61 +1,86 @@
-"""JobSet and Indexed Job semantics over plain pods, for TrainJobs.
+"""JobSet semantics over plain pods, for TrainJobs.
 
 Upstream runs a TrainJob through two more controllers (JobSet, then the
 Kubernetes Job controller). kubetrain creates the pods itself and keeps their
 contract: the same hostnames, subdomain, labels and annotations, and the same
 outcomes. This module is the pure part: build a pod, digest the pods of a
-TrainJob into child Jobs, and decide what JobSet would decide.
+TrainJob into child Jobs (whose own rules, the Job controller's, are
+``reconcilers.indexedjob``), and decide what JobSet would decide.
 
-* A child Job ``<tj>-<replicated job>-<i>`` is Indexed: it completes when every
-  completion index has a Succeeded pod, and fails when its failures (failed
-  pods plus in-place container restarts) pass its ``backoffLimit`` (default 6).
-  Failures are counted once per pod (``restarts``) and kept in the TrainJob's
-  status, so a failed pod that is garbage-collected takes nothing back. A
-  failed pod of an index is replaced by a new pod while the Job has not failed;
-  the replacement's name derives from the Job's failure count, which never goes
-  back, so it can never equal the name of a pod that still exists.
+* A child Job ``<tj>-<replicated job>-<i>`` is Indexed. Its failures are counted
+  once per pod (``restarts``) and kept in the TrainJob's status, so a failed pod
+  that is garbage-collected takes nothing back; a failed pod of an index is
+  replaced by a new pod while the Job has not failed, and the replacement's name
+  derives from counts that never go back, so it can never equal the name of a pod
+  that still exists.
 * Success: every Job of every replicated job completes, or the runtime's
   ``successPolicy`` (``All``/``Any`` of the target replicated jobs).
-* Failure: a failed Job fails the TrainJob (``FailedJobs``), unless
-  ``failurePolicy`` restarts it: every pod is deleted and recreated under the
-  next ``jobset.sigs.k8s.io/restart-attempt``, at most ``maxRestarts`` times
-  (then ``ReachedMaxRestarts``). Rules pick the action by replicated job and
-  Job failure reason.
+* Failure: a failed Job fails the TrainJob (``FailedJobs``) when the runtime has
+  no ``failurePolicy``; with one, the first rule matching a failed Job (by
+  replicated job, Job failure reason and message) picks the action, else the
+  whole TrainJob restarts: every pod is deleted and recreated under the next
+  ``jobset.sigs.k8s.io/restart-attempt``, at most ``maxRestarts`` times (then
+  ``ReachedMaxRestarts``).
 * ``dependsOn``: a replicated job's pods are created once the jobs it depends on
   are Ready (every Job has its pods ready or done) or Complete.
+* ``coordinator`` and ``groupName`` label every pod as JobSet labels them.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
 from kubetrain.controller.reconcilers import restarts
-from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code, restart_count
+from kubetrain.controller.reconcilers.indexedjob import (
+    FAIL_INDEX,
+    FAIL_JOB,
+    IGNORE,
+    ChildJob,
+    Limits,
+    earliest,
+    index_counts,
+    judge,
+    judge_failed_pod,
+)
+from kubetrain.controller.reconcilers.observe import restart_count
+from kubetrain.controller.reconcilers.skeleton import rfc3339
 from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.controller.trainer.policies.common import completion_index_env
-from kubetrain.controller.trainer.state import NODE, PodSet, TrainJobInfo
+from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
-BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 
 
 # -- pods -----------------------------------------------------------------------------------------
 def pod_name(
-    info: TrainJobInfo, pod_set: PodSet, job_index: int, pod_index: int, *, attempt: int, retry: int
+    info: TrainJobInfo,
+    pod_set: PodSet,
+    job_index: int,
+    pod_index: int,
+    *,
+    attempt: int,
+    retry: int,
+    ignored: int = 0,
 ) -> str:
     """``<job>-<index>-<5 chars>``, like the Job controller's generateName, but deterministic.
 
-    The suffix is derived from the TrainJob's uid, the restart attempt and the retry of this index,
-    so a reconcile that runs twice on a stale cache can never create the same pod twice.
+    The suffix is derived from the TrainJob's uid, the restart attempt, the child Job's counted failures
+    (``retry``) and the index's ignored failures (a ``podFailurePolicy`` Ignore rule's, which do not
+    count), so a reconcile that runs twice on a stale cache can never create the same pod twice, and a
+    replacement never takes the name of its predecessor.
     """
     prefix = f"{naming.trainjob_job_name(info.name, pod_set.name, job_index)}-{pod_index}-"[:58]
-    seed = f"{info.uid}/{attempt}/{pod_set.name}/{job_index}/{pod_index}/{retry}".encode()
-    number = int.from_bytes(hashlib.sha256(seed).digest()[:8], "big")
+    seed = f"{info.uid}/{attempt}/{pod_set.name}/{job_index}/{pod_index}/{retry}"
+    if ignored:
+        seed += f"/ignored-{ignored}"
+    number = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
     suffix = ""
     for _ in range(5):
         number, digit = divmod(number, len(SUFFIX_ALPHABET))
@@ -69,7 +94,9 @@ def pod_labels(
     """The labels JobSet and the Job controller put on a pod (JobSet's keys are also annotations)."""
     job_name = naming.trainjob_job_name(info.name, pod_set.name, job_index)
     global_index = sum(s.replicas for s in info.pod_sets[: info.pod_sets.index(pod_set)]) + job_index
-    return {
+    in_group = [s for s in info.pod_sets if s.group == pod_set.group]
+    group_index = sum(s.replicas for s in in_group[: in_group.index(pod_set)]) + job_index
+    labels = {
         naming.JOBSET_NAME: info.name,
         naming.JOBSET_UID: info.uid,
         naming.JOBSET_REPLICATED_JOB: pod_set.name,
@@ -79,15 +106,18 @@ def pod_labels(
         naming.JOBSET_JOB_GLOBAL_INDEX: str(global_index),
         naming.JOBSET_JOB_KEY: hashlib.sha1(f"{info.namespace}/{job_name}".encode()).hexdigest(),
         naming.JOBSET_RESTART_ATTEMPT: str(attempt),
-        naming.JOBSET_GROUP_NAME: "default",
-        naming.JOBSET_GROUP_REPLICAS: str(sum(s.replicas for s in info.pod_sets)),
-        naming.JOBSET_JOB_GROUP_INDEX: str(global_index),
+        naming.JOBSET_GROUP_NAME: pod_set.group,
+        naming.JOBSET_GROUP_REPLICAS: str(sum(s.replicas for s in in_group)),
+        naming.JOBSET_JOB_GROUP_INDEX: str(group_index),
         naming.JOB_NAME: job_name,
         naming.JOB_NAME_LEGACY: job_name,
         naming.JOB_CONTROLLER_UID: info.uid,
         naming.JOB_CONTROLLER_UID_LEGACY: info.uid,
         naming.JOB_COMPLETION_INDEX: str(pod_index),
     }
+    if info.coordinator is not None:
+        labels[naming.JOBSET_COORDINATOR] = info.coordinator
+    return labels
 
 
 def build_pod(
@@ -99,8 +129,10 @@ def build_pod(
     attempt: int,
     retry: int,
     plugins: Sequence[PodPlugin],
+    index_failures: tuple[int, int] = (0, 0),
 ) -> Obj:
-    """Pod ``pod_index`` of child Job ``job_index`` of ``pod_set``."""
+    """Pod ``pod_index`` of child Job ``job_index`` of ``pod_set``; ``index_failures``: the failures and
+    ignored failures of its index so far, which it carries as the Job controller's annotations."""
     template = copy.deepcopy(pod_set.template)
     metadata = template.get("metadata") or {}
     labels = pod_labels(info, pod_set, job_index, pod_index, attempt)
@@ -118,7 +150,9 @@ def build_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(info, pod_set, job_index, pod_index, attempt=attempt, retry=retry),
+            "name": pod_name(
+                info, pod_set, job_index, pod_index, attempt=attempt, retry=retry, ignored=index_failures[1]
+            ),
             "namespace": info.namespace,
             "labels": {**(metadata.get("labels") or {}), **labels},
             "annotations": {
@@ -130,6 +164,14 @@ def build_pod(
         },
         "spec": spec,
     }
+    limits = Limits.of(pod_set)
+    if limits.per_index is not None or limits.pod_failure_policy is not None:
+        pod["metadata"]["annotations"].update(
+            {
+                naming.JOB_INDEX_FAILURE_COUNT: str(index_failures[0]),
+                naming.JOB_INDEX_IGNORED_FAILURE_COUNT: str(index_failures[1]),
+            }
+        )
     if metadata.get("finalizers"):
         pod["metadata"]["finalizers"] = list(metadata["finalizers"])
     for plugin in plugins:
@@ -158,81 +200,6 @@ def build_service(info: TrainJobInfo) -> Obj:
 
 
 # -- observation ----------------------------------------------------------------------------------
-def _is_ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod.get("status", {}).get("conditions") or []
-    )
-
-
-@dataclass
-class ChildJob:
-    """One emulated Indexed Job and its pods of the current restart attempt."""
-
-    pod_set: PodSet
-    index: int
-    live: dict[int, Obj] = field(default_factory=dict)
-    terminating: dict[int, Obj] = field(default_factory=dict)  # pods going away, by index
-    succeeded: set[int] = field(default_factory=set)
-    failed_pods: dict[int, list[Obj]] = field(default_factory=dict)
-    restarts: int = 0  # in-place container restarts of the live pods
-    failures: int = 0  # failed pods and container restarts so far, each counted once
-
-    @property
-    def name(self) -> str:
-        return f"{self.pod_set.name}-{self.index}"
-
-    @property
-    def complete(self) -> bool:
-        return len(self.succeeded) >= self.pod_set.count
-
-    @property
-    def failed(self) -> bool:
-        return not self.complete and self.failures > self.pod_set.backoff_limit
-
-    @property
-    def active(self) -> int:
-        return sum(
-            1 for p in self.live.values() if p.get("status", {}).get("phase") in (None, "Pending", "Running")
-        )
-
-    @property
-    def ready(self) -> bool:
-        """Every index's pod is ready or done (JobSet's ``Ready`` for ``dependsOn``)."""
-        ready = sum(1 for i, p in self.live.items() if i not in self.succeeded and _is_ready(p))
-        return ready + len(self.succeeded) >= self.pod_set.count
-
-    def missing(self) -> list[int]:
-        """Indexes that need a new pod: none running, none succeeded, none still going away."""
-        return [
-            i
-            for i in range(self.pod_set.count)
-            if i not in self.live and i not in self.succeeded and i not in self.terminating
-        ]
-
-    def failure_detail(self) -> str:
-        """What the last failure was: a failed pod's exit code, or a restarted container's last one."""
-        pods = [p for ps in self.failed_pods.values() for p in ps]
-        if pods:
-            last = pods[-1]
-            code = exit_code(last, NODE)
-            how = (
-                f"exited with code {code}"
-                if code != NO_EXIT_CODE
-                else f"failed ({last.get('status', {}).get('reason') or 'no exit code'})"
-            )
-            return f"pod {last['metadata']['name']} {how}"
-        for pod in self.live.values():
-            for status in pod.get("status", {}).get("containerStatuses") or []:
-                terminated = (status.get("lastState") or {}).get("terminated")
-                if status.get("restartCount") and terminated:
-                    return (
-                        f"container {status['name']} of pod {pod['metadata']['name']} restarted "
-                        f"{status['restartCount']} time(s), last exited with code {terminated.get('exitCode')}"
-                    )
-        return f"containers restarted {self.restarts} time(s)"
-
-
 @dataclass
 class Observation:
     jobs: list[ChildJob]
@@ -245,8 +212,23 @@ class Observation:
         """Each child Job's failures, for the status (only Jobs that failed at all)."""
         return {j.name: j.failures for j in self.jobs if j.failures}
 
+    @property
+    def failed_indexes(self) -> dict[str, list[int]]:
+        """Each child Job's failed indexes (``backoffLimitPerIndex``), for the status."""
+        return {j.name: sorted(j.failed_indexes) for j in self.jobs if j.failed_indexes}
+
+    @property
+    def start_times(self) -> dict[str, str]:
+        """When each child Job started (its first pod of the attempt), for the status."""
+        return {j.name: rfc3339(j.started) for j in self.jobs if j.started is not None}
+
     def by_set(self, name: str) -> list[ChildJob]:
         return [j for j in self.jobs if j.pod_set.name == name]
+
+    def next_deadline(self, now: dt.datetime) -> float | None:
+        """Seconds until the first child Job's ``activeDeadlineSeconds`` passes."""
+        left = [s for j in self.jobs if not j.failed and (s := j.deadline_left(now)) is not None]
+        return min(left) if left else None
 
 
 def observe(
@@ -256,18 +238,23 @@ def observe(
     *,
     job_failures: Mapping[str, int] | None = None,
     counted: Mapping[str, int] | None = None,
+    failed_indexes: Mapping[str, list[int]] | None = None,
+    started: Mapping[str, str] | None = None,
+    now: dt.datetime | None = None,
 ) -> Observation:
-    """Digest the pods of restart attempt ``attempt`` into child Jobs.
+    """Digest the pods of restart attempt ``attempt`` into child Jobs, and judge each as the Job controller
+    would (its deadline only when ``now`` is given).
 
-    ``job_failures`` and ``counted`` are the status's bookkeeping (``jobFailures``,
-    ``countedPodRestarts``); ``counted=None`` means a status from before it existed, whose current
-    failures are taken as counted.
+    ``job_failures``, ``counted``, ``failed_indexes`` and ``started`` are the status's bookkeeping
+    (``jobFailures``, ``countedPodRestarts``, ``failedIndexes``, ``jobStartTimes``); ``counted=None``
+    means a status from before it existed, whose current failures are taken as counted.
     """
     jobs = {(s.name, i): ChildJob(s, i) for s in info.pod_sets for i in range(s.replicas)}
     stale: list[Obj] = []
     terminating_stale = 0
     pod_failures: dict[str, int] = {}
     job_of: dict[str, ChildJob] = {}
+    created: dict[str, list[str | None]] = {}
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
         labels = pod["metadata"].get("labels") or {}
         key = (labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX)))
@@ -281,16 +268,30 @@ def observe(
             else:
                 stale.append(pod)
             continue
+        created.setdefault(job.name, []).append(pod["metadata"].get("creationTimestamp"))
+        counts = index_counts(pod)
         if deleting:
             job.terminating[index] = pod
+            _note(job, index, counts)
             continue
         phase = pod.get("status", {}).get("phase")
         uid = pod["metadata"]["uid"]
-        pod_failures[uid] = restart_count(pod) + (1 if phase == "Failed" else 0)
         job_of[uid] = job
+        pod_failures[uid] = restart_count(pod)
         if phase == "Failed":
             job.failed_pods.setdefault(index, []).append(pod)
+            verdict = judge_failed_pod(job.limits.pod_failure_policy, pod)
+            if verdict.action == IGNORE:
+                _note(job, index, (counts[0], counts[1] + 1))
+                continue
+            pod_failures[uid] += 1
+            _note(job, index, (counts[0] + 1, counts[1]))
+            if verdict.action == FAIL_INDEX:
+                job.failed_indexes.add(index)
+            elif verdict.action == FAIL_JOB and job.fail_job is None:
+                job.fail_job = verdict.message
             continue
+        _note(job, index, counts)
         job.restarts += restart_count(pod)
         if phase == "Succeeded":
             job.succeeded.add(index)
@@ -299,9 +300,19 @@ def observe(
     before = job_failures or {}
     for job in jobs.values():
         job.failures = before.get(job.name, 0)
+        job.failed_indexes |= set((failed_indexes or {}).get(job.name) or [])
+        job.started = earliest([(started or {}).get(job.name), *created.get(job.name, [])])
     for uid, new in (tally.counted if counted is None else tally.new).items():
         job_of[uid].failures += new
+    for job in jobs.values():
+        judge(job, now)
     return Observation(list(jobs.values()), stale, terminating_stale, tally.counted)
+
+
+def _note(job: ChildJob, index: int, counts: tuple[int, int]) -> None:
+    """Keep the highest failure counts seen on a pod of ``index`` (each pod carries its predecessors')."""
+    failures, ignored = job.index_failures.get(index, (0, 0))
+    job.index_failures[index] = (max(failures, counts[0]), max(ignored, counts[1]))
 
 
 def is_rank0(pod: Obj, pod_set: PodSet) -> bool:
@@ -336,23 +347,19 @@ class FailureDecision:
     message: str
 
 
-def on_job_failure(info: TrainJobInfo, failed: ChildJob, restarts_counted: int) -> FailureDecision:
-    """What JobSet does about a failed child Job, per the runtime's ``failurePolicy``."""
-    policy: dict[str, Any] = info.jobset.get("spec", {}).get("failurePolicy") or {}
+def on_job_failure(info: TrainJobInfo, failed: Sequence[ChildJob], restarts_counted: int) -> FailureDecision:
+    """What JobSet does about its failed child Jobs, per the runtime's ``failurePolicy``.
+
+    Without a policy the TrainJob fails (``FailedJobs``). With one, the first rule that matches a failed
+    Job picks the action; no rule matching means ``RestartJobSet``, up to ``maxRestarts`` (default 0)."""
+    policy: dict[str, Any] | None = info.jobset.get("spec", {}).get("failurePolicy")
+    if policy is None:
+        return FailureDecision(False, False, "FailedJobs", _describe(info, failed[0]))
     max_restarts = int(policy.get("maxRestarts") or 0)
-    detail = (
-        f"job {info.name}-{failed.name} failed ({BACKOFF_LIMIT_EXCEEDED}: {failed.failures} failure(s), "
-        f"backoffLimit {failed.pod_set.backoff_limit}): {failed.failure_detail()}"
-    )
-    action, rule_name = None, None
-    for rule in policy.get("rules") or []:
-        targets = rule.get("targetReplicatedJobs") or []
-        reasons = rule.get("onJobFailureReasons") or []
-        if (not targets or failed.pod_set.name in targets) and (
-            not reasons or BACKOFF_LIMIT_EXCEEDED in reasons
-        ):
-            action, rule_name = rule.get("action"), rule.get("name")
-            break
+    rule, job = _first_matching_rule(policy, failed)
+    detail = _describe(info, job)
+    action = rule.get("action") if rule else "RestartJobSet"
+    rule_name = rule.get("name") if rule else None
     if action == "FailJobSet":
         return FailureDecision(
             False,
@@ -360,8 +367,7 @@ def on_job_failure(info: TrainJobInfo, failed: ChildJob, restarts_counted: int) 
             "FailJobSetFailurePolicyAction",
             f"{detail}; failurePolicy rule {rule_name} fails the job",
         )
-    ignore = action in ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
-    if ignore:
+    if action in ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts"):
         return FailureDecision(True, False, "RestartJobSet", f"{detail}; restarting (rule {rule_name})")
     if restarts_counted < max_restarts:
         return FailureDecision(
@@ -370,11 +376,43 @@ def on_job_failure(info: TrainJobInfo, failed: ChildJob, restarts_counted: int) 
             "RestartJobSet",
             f"{detail}; restarting all pods ({restarts_counted + 1} of maxRestarts {max_restarts})",
         )
-    if max_restarts:
-        return FailureDecision(
-            False, False, "ReachedMaxRestarts", f"{detail}; reached maxRestarts {max_restarts}"
-        )
-    return FailureDecision(False, False, "FailedJobs", detail)
+    return FailureDecision(
+        False, False, "ReachedMaxRestarts", f"{detail}; reached maxRestarts {max_restarts}"
+    )
+
+
+def _describe(info: TrainJobInfo, job: ChildJob) -> str:
+    assert job.failure is not None
+    return f"job {info.name}-{job.name} failed {job.failure.describe()}"
+
+
+def _first_matching_rule(policy: Obj, failed: Sequence[ChildJob]) -> tuple[Obj | None, ChildJob]:
+    """The first rule, in order, that a failed Job matches, and that Job (the first failed one if none)."""
+    for rule in policy.get("rules") or []:
+        for job in failed:
+            if _applies(rule, job):
+                return rule, job
+    return None, failed[0]
+
+
+def _applies(rule: Obj, job: ChildJob) -> bool:
+    assert job.failure is not None
+    targets = rule.get("targetReplicatedJobs") or []
+    reasons = rule.get("onJobFailureReasons") or []
+    patterns = rule.get("onJobFailureMessagePatterns") or []
+    return (
+        (not targets or job.pod_set.name in targets)
+        and (not reasons or job.failure.reason in reasons)
+        and (not patterns or any(_matches(p, job.failure.message) for p in patterns))
+    )
+
+
+def _matches(pattern: str, message: str) -> bool:
+    """A Go regexp's MatchString: anywhere in the message; an invalid pattern matches nothing (as JobSet)."""
+    try:
+        return re.search(pattern, message) is not None
+    except re.error:
+        return False
 
 
 def depends_on_met(info: TrainJobInfo, pod_set: PodSet, obs: Observation) -> bool:

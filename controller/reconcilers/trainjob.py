@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import metrics
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
-from kubetrain.controller.plugins.gang import Coscheduling, GangPlugin, GangScheduler, Volcano
+from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import jobset
@@ -72,7 +73,7 @@ from kubetrain.controller.trainer.state import NODE, BuildError, TrainJobInfo
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer
-from kubetrain.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICES
+from kubetrain.kube.resources import CONFIGMAPS, PODS, PVCS, SECRETS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
@@ -224,11 +225,16 @@ class TrainJobReconciler(JobReconciler):
             attempt,
             job_failures=status.get("jobFailures"),
             counted=None if legacy else status.get("countedPodRestarts") or {},
+            failed_indexes=status.get("failedIndexes"),
+            started=status.get("jobStartTimes"),
+            now=ctx.now,
         )
         await self._copy_report(ctx, info, obs)
         status["jobsStatus"] = jobset.jobs_status(info, obs)
         status["jobFailures"] = obs.job_failures
         status["countedPodRestarts"] = obs.counted
+        _set_or_drop(status, "failedIndexes", obs.failed_indexes)
+        _set_or_drop(status, "jobStartTimes", obs.start_times)
         fenced = fenced_failure(
             TRAINJOB.kind,
             info.name,
@@ -242,8 +248,8 @@ class TrainJobReconciler(JobReconciler):
         if fenced is not None:
             await self._finish(ctx, info, False, *fenced)
             return self._ttl_result(ctx)
-        failed = next((j for j in obs.jobs if j.failed), None)
-        if failed is not None:
+        failed = [j for j in obs.jobs if j.failed]
+        if failed:
             decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))
             if not decision.restart:
                 await self._finish(ctx, info, False, decision.reason, decision.message)
@@ -251,6 +257,8 @@ class TrainJobReconciler(JobReconciler):
             status["restarts"] = attempt + 1
             status["jobFailures"] = {}  # a new attempt: new child Jobs, new counts
             status["countedPodRestarts"] = {}
+            for key in ("failedIndexes", "jobStartTimes"):
+                status.pop(key, None)
             if decision.counts:
                 status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
             metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
@@ -287,6 +295,7 @@ class TrainJobReconciler(JobReconciler):
                         attempt=attempt,
                         retry=child.failures,
                         plugins=plugins,
+                        index_failures=child.retry(index),
                     )
                 )
         if creates:
@@ -304,7 +313,7 @@ class TrainJobReconciler(JobReconciler):
             self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
         if creates:
             log.info("trainjob %s: created %d pods", ctx.key, len(creates))
-        return Result()
+        return Result(requeue_after=obs.next_deadline(ctx.now))  # a child Job's activeDeadlineSeconds
 
     # -- the runtime -----------------------------------------------------------------------------------
     async def _runtime(self, ctx: _Pass) -> Obj | None:
@@ -411,21 +420,47 @@ class TrainJobReconciler(JobReconciler):
         await self._cleanup(ctx)
 
     async def _finished(self, ctx: _Pass) -> Result:
-        """A finished TrainJob: the last report, cleanup, and deletion once its TTL has passed."""
+        """A finished TrainJob: the last report, cleanup, the JobSet's TTL, and deletion once its TTL has
+        passed."""
         info = self._snapshot_info(ctx)
+        jobset_ttl = Result()
         if info is not None:
             ctx.gang = self._gang(info)
             obs = jobset.observe(info, ctx.pods, int(ctx.status.get("restarts") or 0))
             await self._copy_report(
                 ctx, info, obs
             )  # rank 0's report can land after another pod failed the job
+            jobset_ttl = await self._jobset_ttl(ctx, info)
         await self._cleanup(ctx)
         await self.write_status(ctx)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:
             await self.delete_expired(ctx, _framework(info), f"Deleted TrainJob {ctx.name} (TTL)")
             return Result()
-        return ttl
+        return Result.soonest(ttl, jobset_ttl)
+
+    async def _jobset_ttl(self, ctx: _Pass, info: TrainJobInfo) -> Result:
+        """The runtime's ``ttlSecondsAfterFinished`` (JobSet's): once it has passed, delete what JobSet's
+        deletion takes with it (every pod, finished ones too, the headless Service and the claims it owns);
+        the TrainJob stays. Before that, look again when it will have passed."""
+        limit = (info.jobset.get("spec") or {}).get("ttlSecondsAfterFinished")
+        left = seconds_left(self._finished_at(ctx), limit, ctx.now)
+        if left is None or left > 0:
+            return Result(requeue_after=left)
+        pods = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
+        await self.writer.delete_all(ctx.job, PODS, pods)
+        await self.writer.delete_owned(
+            ctx.job, SERVICES, self.services.get(f"{info.namespace}/{info.subdomain}")
+        )
+        for extra in info.extras:
+            if extra.resource is PVCS and not extra.retained:
+                claim = await self.kube.get(PVCS, extra.name, info.namespace)
+                await self.writer.delete_owned(ctx.job, PVCS, claim)
+        return Result()
+
+    def _finished_at(self, ctx: _Pass) -> dt.datetime | None:
+        finished = cond.find(ctx.status, COMPLETE if cond.is_true(ctx.status, COMPLETE) else FAILED)
+        return None if finished is None else parse_time(finished.get("lastTransitionTime"))
 
     def _snapshot_info(self, ctx: _Pass) -> TrainJobInfo | None:
         """The build of a TrainJob from its own runtime snapshot, if it has one that builds."""
@@ -456,6 +491,7 @@ class TrainJobReconciler(JobReconciler):
         live = [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
         obs = jobset.observe(info, [], int(ctx.status.get("restarts") or 0))
         ctx.status["jobsStatus"] = jobset.jobs_status(info, obs, suspended=True)
+        ctx.status.pop("jobStartTimes", None)  # a resumed Job's deadline counts from its resumption
         if CONDITIONS.set(
             ctx.status,
             SUSPENDED,
@@ -483,33 +519,19 @@ class TrainJobReconciler(JobReconciler):
 
     def _ttl_result(self, ctx: _Pass) -> Result:
         ttl = (ctx.job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TTL_AFTER_FINISHED)
-        finished = cond.find(ctx.status, COMPLETE if cond.is_true(ctx.status, COMPLETE) else FAILED)
+        finished = self._finished_at(ctx)
         if ttl is None or not ttl.isdigit() or finished is None:
             return Result()
-        return Result(
-            requeue_after=seconds_left(parse_time(finished.get("lastTransitionTime")), ttl, ctx.now)
-        )
+        return Result(requeue_after=seconds_left(finished, ttl, ctx.now))
 
     # -- children --------------------------------------------------------------------------------------
     def _gang(self, info: TrainJobInfo) -> GangScheduler | None:
-        """The runtime's podGroupPolicy as a gang scheduler: coscheduling runs on the scheduler's
-        native gang scheduling when the controller runs with ``--gang-scheduler-name=kubernetes``."""
-        policy = info.gang_policy
-        if policy == "volcano":
-            return Volcano()
-        if policy == "coscheduling":
-            if self.settings.gang is not None and self.settings.gang.builtin:
-                return self.settings.gang
-            trainer = info.trainer() or info.pod_sets[0]
-            return Coscheduling(
-                str(trainer.template.get("spec", {}).get("schedulerName") or "scheduler-plugins-scheduler")
-            )
-        return None
+        return trainjob_gang(info.gang_policy, self.settings.gang)
 
     def _plugins(self, gang: GangScheduler | None) -> list[PodPlugin]:
         plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         if gang is not None:
-            plugins.append(GangPlugin(gang))
+            plugins.append(TrainJobGangPlugin(gang))
         return plugins
 
     async def _prepare(self, info: TrainJobInfo, gang: GangScheduler | None) -> None:
@@ -574,6 +596,13 @@ class TrainJobReconciler(JobReconciler):
             return report
 
         await self.copy_report(ctx, report_of)
+
+
+def _set_or_drop(status: Obj, key: str, value: Obj) -> None:
+    if value:
+        status[key] = value
+    else:
+        status.pop(key, None)
 
 
 def _framework_of(runtime: Obj) -> str:

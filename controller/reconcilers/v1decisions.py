@@ -22,8 +22,9 @@ The rules, in the order they apply (docs/job-lifecycle.md says them for users):
    replicas did); a newer attempt fenced it off its checkpoint directory; the
    backoff limit or the deadline is exceeded; a replica failed for good. A job
    that finishes is cleaned up only after its terminal status is written;
-5. a running job: ``Restarting`` when replicas restart, else ``Running`` once
-   its deciding replicas run; create the missing pods and services, delete the
+5. a running job: ``Restarting`` while failed pods are recreated, else
+   ``Running`` once its deciding replicas run (containers restarted in place
+   are counted, and leave the job Running); create the missing pods and services, delete the
    pods to restart (after the status that counts them), and look again at the
    deadline.
 
@@ -272,14 +273,19 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
         return d
 
     if new_restarts:
-        failed_types = sorted({rtype for rtype, _ in obs.to_restart}) or ["in-place"]
+        d.counters.append(("restarted", new_restarts))
+    if obs.to_restart:
+        # Restarting means failed pods are being recreated, as upstream: a container the kubelet restarts
+        # in place (a crash-looping OnFailure pod) counts against the backoff limit but leaves the job
+        # Running, so the state does not flip with every restart.
+        failed_types = sorted({rtype for rtype, _ in obs.to_restart})
         message = (
-            f"{kind} {info.name} is restarting because {new_restarts} {', '.join(failed_types)} "
+            f"{kind} {info.name} is restarting because {len(obs.to_restart)} {', '.join(failed_types)} "
             "replica(s) failed."
         )
         CONDITIONS.set(status, cond.RESTARTING, reason=f"{kind}Restarting", message=message, now=d.stamp)
-        d.counters.append(("restarted", new_restarts))
-        d.events.append(Event(WARNING, f"{kind}Restarting", message))
+        if new_restarts:
+            d.events.append(Event(WARNING, f"{kind}Restarting", message))
     elif info.framework.running(info, obs.counts):
         message = f"{kind} {info.name} is running."
         CONDITIONS.set(status, cond.RUNNING, reason=f"{kind}Running", message=message, now=d.stamp)
@@ -381,11 +387,12 @@ def _limit_exceeded(d: Decision) -> tuple[str, str] | None:
 
 
 def _permanent_failure(info: JobInfo, obs: Observation) -> tuple[str, str] | None:
-    if not obs.permanent_failures:
+    failures = [f for f in obs.permanent_failures if not info.framework.tolerates_failure(info, f[0])]
+    if not failures:
         return None
     kind = info.framework.api.kind
-    rtype, pod, code = obs.permanent_failures[0]
-    count = sum(1 for t, _, _ in obs.permanent_failures if t == rtype)
+    rtype, pod, code = failures[0]
+    count = sum(1 for t, _, _ in failures if t == rtype)
     detail = (
         f"{pod['metadata']['name']} exited with code {code}"
         if code != NO_EXIT_CODE

@@ -7,7 +7,8 @@ runtime's order) the way upstream's pipeline does before it writes a JobSet:
 
 1. start from the runtime's JobSet spec and merge the ``runtimePatches`` (v2.2+)
    or ``podTemplateOverrides`` (v2.1) into it;
-2. size each pod set: ``parallelism``, or for the trainer ``numNodes``;
+2. size each pod set: ``parallelism``, or for the trainer ``numNodes``; order
+   their start (``dependsOn``, or JobSet's ``startupPolicy: InOrder``);
 3. apply the TrainJob's trainer (image, command, args, env, resources per node)
    and initializer settings to their containers;
 4. let the ML policy (``trainer.policies``) add the env that wires ranks together.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 
 from kubetrain import naming
 from kubetrain.api import v2
@@ -106,10 +108,15 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
                 template=pod_template,
                 job_spec=job_spec,
                 depends_on=list(rjob.get("dependsOn") or []),
+                group=str(rjob.get("groupName") or "default"),
             )
         )
     if not pod_sets:
         raise BuildError(f"{_runtime_name(runtime)} has no spec.template.spec.replicatedJobs")
+    if ((jobset_spec.get("startupPolicy") or {}).get("startupPolicyOrder")) == "InOrder":
+        # JobSet's InOrder start: each replicated job once every Job of the one before it has started.
+        for before, pod_set in itertools.pairwise(pod_sets):
+            pod_set.depends_on.append({"name": before.name, "status": "Ready"})
     network = jobset_spec.get("network") or {}
     info = TrainJobInfo(
         job=job,
@@ -123,7 +130,34 @@ def build(job: Obj, runtime: Obj) -> TrainJobInfo:
     _apply_volume_claims(info)
     policies.apply(info)
     _check_name_length(info)
+    info.coordinator = _coordinator(info)
     return info
+
+
+def _coordinator(info: TrainJobInfo) -> str | None:
+    """JobSet's ``coordinator``: the endpoint of the pod it names, a label value on every pod."""
+    coordinator = (info.jobset.get("spec") or {}).get("coordinator")
+    if not coordinator:
+        return None
+    where = "spec.template.spec.coordinator"
+    pod_set = info.pod_set(str(coordinator.get("replicatedJob")))
+    job_index, pod_index = int(coordinator.get("jobIndex") or 0), int(coordinator.get("podIndex") or 0)
+    if pod_set is None:
+        raise BuildError(
+            f"{where}.replicatedJob {coordinator.get('replicatedJob')!r} is not a replicated job"
+        )
+    if job_index >= pod_set.replicas or pod_index >= pod_set.count:
+        raise BuildError(
+            f"{where} names pod {pod_index} of job {job_index} of {pod_set.name}, which has {pod_set.replicas} "
+            f"job(s) of {pod_set.count} pod(s)"
+        )
+    endpoint = info.endpoint(pod_set.name, job_index, pod_index)
+    if len(endpoint) > v2.DNS_LABEL_MAX:
+        raise BuildError(
+            f"{where}: the coordinator's endpoint {endpoint} is longer than {v2.DNS_LABEL_MAX} characters, so it "
+            "cannot be the value of the jobset.sigs.k8s.io/coordinator label; use a shorter TrainJob name"
+        )
+    return endpoint
 
 
 def _check_name_length(info: TrainJobInfo) -> None:

@@ -40,11 +40,7 @@ class PodSet:
     template: Obj
     job_spec: Obj
     depends_on: list[Obj] = field(default_factory=list)
-
-    @property
-    def backoff_limit(self) -> int:
-        value = self.job_spec.get("backoffLimit")
-        return DEFAULT_BACKOFF_LIMIT if value is None else int(value)
+    group: str = "default"  # JobSet's groupName
 
     @property
     def restart_policy(self) -> str:
@@ -88,6 +84,7 @@ class TrainJobInfo(JobIdentity):
     subdomain: str
     warnings: list[str] = field(default_factory=list)
     extras: list[Extra] = field(default_factory=list)
+    coordinator: str | None = None  # JobSet's coordinator endpoint, labelled on every pod
 
     # -- what pod plugins (checkpoint, GPU, gang) read, beside the job's identity -------------------
     @property
@@ -122,11 +119,13 @@ class TrainJobInfo(JobIdentity):
         )
         if queue:
             scheduling["queue"] = queue
-        for pod_set in self.pod_sets:
+        for pod_set in self.pod_sets:  # the last replicated job that names one wins, as upstream's
             priority = pod_set.template.get("spec", {}).get("priorityClassName")
             if priority:
                 scheduling["priorityClass"] = priority
-                break
+        topology = (policy.get("volcano") or {}).get("networkTopology")
+        if topology:
+            scheduling["networkTopology"] = topology
         return {"schedulingPolicy": scheduling}
 
     @property

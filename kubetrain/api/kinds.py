@@ -95,6 +95,9 @@ class V1Kind(JobKind):
     controller_name: str  # the ``training.kubeflow.org/operator-name`` label value
     framework_label: str  # the ``framework`` label of upstream's job metrics
     scaled_replica: str | None = None  # the replica type the CRD's scale subresource resizes, if any
+    # Whether the replica map's keys may be spelled in any case (``worker``, ``ps``): upstream's webhook
+    # lets them through for TFJob only, and its defaulting renames them to the canonical spelling.
+    replica_keys_any_case: bool = False
 
     @property
     def replica_path(self) -> str:
@@ -118,6 +121,7 @@ def _kubeflow(  # noqa: PLR0917 (positional, so each kind below reads as one row
     restart_policy: str,
     *,
     scaled_replica: str | None = None,
+    replica_keys_any_case: bool = False,
 ) -> V1Kind:
     """A Kubeflow v1 job kind; its plural, operator-name label and metrics label follow upstream's pattern."""
     return V1Kind(
@@ -136,17 +140,19 @@ def _kubeflow(  # noqa: PLR0917 (positional, so each kind below reads as one row
         controller_name=f"{kind.lower()}-controller",
         framework_label=container,
         scaled_replica=scaled_replica,
+        replica_keys_any_case=replica_keys_any_case,
     )
 
 
 # kind, short name, replica map, replica types in upstream's order, the types that decide success (the
-# first the job has), default container, its port (name, number), restart policy. An elastic PyTorchJob's
-# autoscaler resizes its Workers through the CRD's scale subresource.
+# first the job has), default container, its port (name, number), restart policy. The CRDs of PyTorchJob,
+# PaddleJob and JAXJob have upstream's scale subresource on their Workers (``kubectl scale``, an HPA; an
+# elastic PyTorchJob's autoscaler resizes them through it).
 PYTORCHJOB: Final = _kubeflow("PyTorchJob", "ptj", "pytorchReplicaSpecs", ("Master", "Worker"), ("Master", "Worker"), "pytorch", ("pytorchjob-port", 23456), "OnFailure", scaled_replica="Worker")  # fmt: skip
-TFJOB: Final = _kubeflow("TFJob", "tfj", "tfReplicaSpecs", ("Chief", "Master", "PS", "Worker", "Evaluator"), ("Chief", "Master", "Worker"), "tensorflow", ("tfjob-port", 2222), "Never")  # fmt: skip
+TFJOB: Final = _kubeflow("TFJob", "tfj", "tfReplicaSpecs", ("Chief", "Master", "PS", "Worker", "Evaluator"), ("Chief", "Master", "Worker"), "tensorflow", ("tfjob-port", 2222), "Never", replica_keys_any_case=True)  # fmt: skip
 XGBOOSTJOB: Final = _kubeflow("XGBoostJob", "xgbj", "xgbReplicaSpecs", ("Master", "Worker"), ("Master",), "xgboost", ("xgboostjob-port", 9999), "Never")  # fmt: skip
-PADDLEJOB: Final = _kubeflow("PaddleJob", "pdj", "paddleReplicaSpecs", ("Master", "Worker"), ("Master", "Worker"), "paddle", ("master", 36543), "OnFailure")  # fmt: skip
-JAXJOB: Final = _kubeflow("JAXJob", "jaxj", "jaxReplicaSpecs", ("Worker",), ("Worker",), "jax", ("jaxjob-port", 6666), "Never")  # fmt: skip
+PADDLEJOB: Final = _kubeflow("PaddleJob", "pdj", "paddleReplicaSpecs", ("Master", "Worker"), ("Master", "Worker"), "paddle", ("master", 36543), "OnFailure", scaled_replica="Worker")  # fmt: skip
+JAXJOB: Final = _kubeflow("JAXJob", "jaxj", "jaxReplicaSpecs", ("Worker",), ("Worker",), "jax", ("jaxjob-port", 6666), "Never", scaled_replica="Worker")  # fmt: skip
 # The trainer's container is also the name of the replicated job whose first pod is rank 0.
 TRAINJOB: Final = JobKind(kind="TrainJob", group=TRAINER_GROUP, version=TRAINER_VERSION, plural="trainjobs", short_names=("tj",), success="Complete", default_container="node")  # fmt: skip
 TRAINING_RUNTIME: Final = Kind(kind="TrainingRuntime", group=TRAINER_GROUP, version=TRAINER_VERSION, plural="trainingruntimes", short_names=("tr",))  # fmt: skip

@@ -163,15 +163,49 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] | None = None
 
 
-def _replica_rules(kind: V1Kind) -> list[dict[str, str]]:
-    """Rules every v1 kind shares, on its ``<x>ReplicaSpecs`` map."""
-    path, types, container = kind.replica_path, kind.replica_types, kind.default_container
+def _present(kind: V1Kind, rtype: str) -> str:
+    """CEL: the replica map has ``rtype`` (in any case, for a kind whose keys may be spelled so)."""
+    if kind.replica_keys_any_case:
+        return f"self.exists(k, k.lowerAscii() == '{rtype.lower()}')"
+    return f"has(self.{rtype})"
+
+
+def _each(kind: V1Kind, rtype: str, holds: str) -> str:
+    """CEL: ``holds`` (an expression over ``{spec}``, the replica spec) is true of ``rtype``, if present."""
+    if kind.replica_keys_any_case:
+        return f"self.all(k, k.lowerAscii() != '{rtype.lower()}' || ({holds.format(spec='self[k]')}))"
+    return f"!has(self.{rtype}) || ({holds.format(spec=f'self.{rtype}')})"
+
+
+def _key_rules(kind: V1Kind) -> list[dict[str, str]]:
+    """The replica map's keys: the kind's replica types, spelled as upstream accepts them."""
+    path, types = kind.replica_path, kind.replica_types
     allowed = ", ".join(types)
+    if not kind.replica_keys_any_case:
+        return [
+            cel(
+                f"self.all(k, k in {list(types)!r})".replace("'", '"'),
+                f"{path} keys must be one of {allowed} (exact spelling)",
+            )
+        ]
+    lowered = [t.lower() for t in types]
     return [
         cel(
-            f"self.all(k, k in {list(types)!r})".replace("'", '"'),
-            f"{path} keys must be one of {allowed} (exact spelling)",
+            f"self.all(k, k.lowerAscii() in {lowered!r})".replace("'", '"'),
+            f"{path} keys must be one of {allowed} (in any case: worker is Worker)",
         ),
+        cel(
+            "self.all(k, self.exists_one(x, x.lowerAscii() == k.lowerAscii()))",
+            f"{path} names a replica type twice, spelled in two cases (Worker and worker are one type); keep one",
+        ),
+    ]
+
+
+def _replica_rules(kind: V1Kind) -> list[dict[str, str]]:
+    """Rules every v1 kind shares, on its ``<x>ReplicaSpecs`` map."""
+    path, container = kind.replica_path, kind.default_container
+    return [
+        *_key_rules(kind),
         cel(
             "self.all(k, has(self[k].template.spec) && size(self[k].template.spec.containers) > 0)",
             f"{path}[*].template.spec.containers must list at least one container",
@@ -204,13 +238,14 @@ def _decides_success(kind: V1Kind, rtype: str, *, unless: tuple[str, ...] = ()) 
     ``replicas: 0`` that is true at once, and the job would be Succeeded without running anything.
     """
     path = kind.replica_path
-    guard = "".join(f"has(self.{other}) || " for other in unless)
+    guard = "".join(f"{_present(kind, other)} || " for other in unless)
     when = f" when there is no {' or '.join(unless)}" if unless else ""
+    where = {} if kind.replica_keys_any_case else {"fieldPath": f".{rtype}.replicas"}
     return cel(
-        f"{guard}!has(self.{rtype}) || !has(self.{rtype}.replicas) || self.{rtype}.replicas >= 1",
+        guard + _each(kind, rtype, "!has({spec}.replicas) || {spec}.replicas >= 1"),
         f"{path}[{rtype}].replicas must be at least 1{when}: the {rtype} decides when the job succeeds, "
         "and with no pod the job would succeed without running anything",
-        fieldPath=f".{rtype}.replicas",
+        **where,
     )
 
 
@@ -219,7 +254,7 @@ def _needs_a_leader(kind: V1Kind) -> dict[str, str]:
     path, rtypes = kind.replica_path, kind.leaders
     listed = rtypes[0] if len(rtypes) == 1 else f"{', '.join(rtypes[:-1])} or {rtypes[-1]}"
     return cel(
-        " || ".join(f"has(self.{rtype})" for rtype in rtypes),
+        " || ".join(_present(kind, rtype) for rtype in rtypes),
         f"{path} must have a {listed}: it decides when the job succeeds; add one",
     )
 
@@ -364,12 +399,14 @@ class TFJobSpec(ApiModel):
     tf_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
         TFJOB,
         cel(
-            "!(has(self.Chief) && has(self.Master))",
+            f"!({_present(TFJOB, 'Chief')} && {_present(TFJOB, 'Master')})",
             f"{TFJOB.replica_path} must not have more than 1 Chief or Master role: use Chief or Master, not both",
         ),
         cel(
-            "(!has(self.Chief) || !has(self.Chief.replicas) || self.Chief.replicas == 1) && "
-            "(!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1)",
+            " && ".join(
+                f"({_each(TFJOB, t, '!has({spec}.replicas) || {spec}.replicas == 1')})"
+                for t in ("Chief", "Master")
+            ),
             f"{TFJOB.replica_path}[Chief/Master].replicas must be 1: there is only one chief, and it decides "
             "when the job succeeds (with 0 the job would succeed without running anything)",
         ),

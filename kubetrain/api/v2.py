@@ -2,15 +2,18 @@
 
 The v2.2/v2.3 shape: TrainJob with ``runtimePatches``; TrainingRuntime and
 ClusterTrainingRuntime holding a JobSet-shaped template. kubetrain reconciles
-the template straight into pods (no JobSet controller), so only the JobSet and
-Job fields that shape pods are modelled; the rest is kept as given.
+the template straight into pods (no JobSet or Job controller), so every JobSet
+and Job field is either modelled and carried out, or declared and refused with a
+message that names it and says why (``_refused``): an undeclared field would be
+dropped by the API server without a word, and the runtime would not do what it
+says.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Final, Literal, cast
+from typing import Annotated, Any, ClassVar, Final, Literal, cast, get_args
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from kubetrain import naming
 from kubetrain.api import kinds
@@ -49,6 +52,12 @@ TRAINJOB_NAME_RULE: Final = cel(
 
 def _quoted(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _refused(field: str, why: str) -> dict[str, Any]:
+    """A JobSet or Job field kubetrain does not carry out: declared, so the API server keeps it long
+    enough to refuse it, with a message that names it and says what to do instead."""
+    return rules(cel("false", f"{field} is not supported: {why}"))
 
 
 class ObjectMeta(ApiModel):
@@ -283,6 +292,15 @@ _TRAINJOB_SPEC_RULES = rules(
         "!has(self.runtimePatches) || self.runtimePatches.all(p, p.manager.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$'))",
         "spec.runtimePatches[*].manager must be a domain-prefixed path such as example.com/my-manager",
     ),
+    cel(
+        "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend) || "
+        "((has(self.runtimePatches) ? self.runtimePatches : []) == "
+        "(has(oldSelf.runtimePatches) ? oldSelf.runtimePatches : []) && "
+        "(has(self.podTemplateOverrides) ? self.podTemplateOverrides : []) == "
+        "(has(oldSelf.podTemplateOverrides) ? oldSelf.podTemplateOverrides : []))",
+        "spec.runtimePatches and spec.podTemplateOverrides may change only while the TrainJob is suspended (or "
+        "in the update that suspends or resumes it), as upstream: running pods would not get the change",
+    ),
 )
 
 
@@ -323,6 +341,8 @@ class TrainJobStatus(ApiModel):
         "restartsCountTowardsMax",
         "jobFailures",
         "countedPodRestarts",
+        "failedIndexes",
+        "jobStartTimes",
     )
 
     conditions: list[Condition] | None = Field(None, max_length=8)
@@ -345,6 +365,16 @@ class TrainJobStatus(ApiModel):
         None,
         description="kubetrain: per pod uid, the failures of that pod already in jobFailures (bookkeeping)",
     )
+    failed_indexes: dict[str, list[int]] | None = Field(
+        None,
+        description="kubetrain: per child Job of the current restart attempt, its indexes that failed for good "
+        "(backoffLimitPerIndex, or a FailIndex rule of its podFailurePolicy)",
+    )
+    job_start_times: dict[str, str] | None = Field(
+        None,
+        description="kubetrain: per child Job of the current restart attempt, when it started (its first pod); "
+        "its activeDeadlineSeconds counts from there",
+    )
 
 
 class TrainJob(ApiModel):
@@ -360,10 +390,37 @@ class TrainJob(ApiModel):
 # -- Runtimes -----------------------------------------------------------------------------------
 
 
-class TorchPolicy(ApiModel):
-    env_injection: dict[str, Any] | None = Field(
-        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+class EnvInjectionTarget(ApiModel):
+    """Containers of one replicated job that get the PET_* env of torchrun, besides the trainer's node container."""
+
+    job_name: str = Field(min_length=1, max_length=253)
+    container_names: Annotated[
+        list[Annotated[str, Field(max_length=63)]],
+        Field(
+            min_length=1,
+            max_length=8,
+            json_schema_extra=rules(
+                cel(
+                    "!self.exists(c, c == 'node')",
+                    "spec.mlPolicy.torch.envInjection.targets[*].containerNames must not include node: the "
+                    "trainer's node container always gets the PET_* env",
+                ),
+                **{"x-kubernetes-list-type": "set"},
+            ),
+        ),
+    ]
+
+
+class EnvInjection(ApiModel):
+    targets: list[EnvInjectionTarget] | None = Field(
+        None,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["jobName"]},
     )
+
+
+class TorchPolicy(ApiModel):
+    env_injection: EnvInjection | None = None
 
 
 class MPIPolicy(ApiModel):
@@ -396,6 +453,11 @@ _ML_POLICY_RULES = rules(
         ".filter(x, x).size() <= 1",
         "mlPolicy must set at most one of torch, mpi, jax, xgboost, flux",
     ),
+    cel(
+        "!has(self.flux)",
+        "spec.mlPolicy.flux is not supported: kubetrain does not run the Flux framework (it has no Flux "
+        "operator to hand the pods to); use the mpi policy for HPC-style launches",
+    ),
 )
 
 
@@ -422,14 +484,163 @@ _POD_GROUP_RULES = rules(
 )
 
 
+# The reasons a batch/v1 Job fails with (the Job controller's), in the order JobSet's webhook lists them.
+JobFailureReason = Literal[
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+]
+JOB_FAILURE_REASONS: Final[tuple[str, ...]] = get_args(JobFailureReason)
+_JOB = "spec.template.spec.replicatedJobs[*].template.spec"
+
+
+class PodFailurePolicyOnExitCodes(ApiModel):
+    container_name: str | None = Field(None, max_length=63)
+    operator: Literal["In", "NotIn"]
+    values: list[int] = Field(
+        min_length=1, max_length=255, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+
+    model_config = ConfigDict(
+        **ApiModel.model_config,
+        json_schema_extra=rules(
+            cel(
+                "self.operator != 'In' || !self.values.exists(v, v == 0)",
+                f"{_JOB}.podFailurePolicy.rules[*].onExitCodes.values must not contain 0 with operator In: a "
+                "container that exits 0 has succeeded",
+            )
+        ),
+    )
+
+
+class PodFailurePolicyOnPodCondition(ApiModel):
+    type: str = Field(min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"] | None = Field("True")
+
+
+class PodFailurePolicyRule(ApiModel):
+    action: Literal["FailJob", "FailIndex", "Ignore", "Count"]
+    on_exit_codes: PodFailurePolicyOnExitCodes | None = None
+    on_pod_conditions: list[PodFailurePolicyOnPodCondition] | None = Field(None, max_length=20)
+
+    model_config = ConfigDict(
+        **ApiModel.model_config,
+        json_schema_extra=rules(
+            cel(
+                "has(self.onExitCodes) != has(self.onPodConditions)",
+                f"{_JOB}.podFailurePolicy.rules[*] must set exactly one of onExitCodes, onPodConditions",
+            )
+        ),
+    )
+
+
+class PodFailurePolicy(ApiModel):
+    rules: list[PodFailurePolicyRule] = Field(max_length=20)
+
+
+_NEEDS_NEVER = "(has(self.template.spec) && has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')"
+_JOB_SPEC_RULES = rules(
+    cel(
+        f"!has(self.podFailurePolicy) || {_NEEDS_NEVER}",
+        f"{_JOB}.podFailurePolicy needs the pod template's restartPolicy to be Never (as for a Kubernetes Job): "
+        "a container restarted in place never fails its pod",
+    ),
+    cel(
+        f"!has(self.backoffLimitPerIndex) || {_NEEDS_NEVER}",
+        f"{_JOB}.backoffLimitPerIndex needs the pod template's restartPolicy to be Never (as for a Kubernetes "
+        "Job): failures are counted per pod",
+    ),
+    cel(
+        "!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",
+        f"{_JOB}.maxFailedIndexes needs backoffLimitPerIndex: without it no index fails on its own",
+    ),
+    cel(
+        "!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || "
+        "!self.podFailurePolicy.rules.exists(r, r.action == 'FailIndex')",
+        f"{_JOB}.podFailurePolicy: the FailIndex action needs backoffLimitPerIndex",
+    ),
+)
+
+
 class JobSpec(ApiModel):
-    """The batch/v1 JobSpec fields that shape pods (the rest is kept as given)."""
+    """A batch/v1 JobSpec: the fields kubetrain's child Jobs carry out, and the others refused."""
 
     parallelism: int | None = Field(None, ge=0, le=MAX_NODES)
     completions: int | None = Field(None, ge=0, le=MAX_NODES)
     backoff_limit: int | None = Field(None, ge=0)
+    backoff_limit_per_index: int | None = Field(None, ge=0)
+    max_failed_indexes: int | None = Field(None, ge=0, le=MAX_NODES)
+    pod_failure_policy: PodFailurePolicy | None = None
     active_deadline_seconds: int | None = Field(None, ge=1)
-    completion_mode: Literal["Indexed", "NonIndexed"] | None = None
+    completion_mode: Annotated[
+        Literal["Indexed", "NonIndexed"] | None,
+        Field(
+            json_schema_extra=rules(
+                cel(
+                    "self == 'Indexed'",
+                    f"{_JOB}.completionMode must be Indexed: every pod's rank, hostname and the PET_NODE_RANK "
+                    "env come from its completion index",
+                )
+            )
+        ),
+    ] = None
+    pod_replacement_policy: Annotated[
+        Literal["TerminatingOrFailed", "Failed"] | None,
+        Field(
+            json_schema_extra=rules(
+                cel(
+                    "self == 'Failed'",
+                    f"{_JOB}.podReplacementPolicy must be Failed (or left unset, which means Failed here): a "
+                    "replacement pod takes its predecessor's hostname, so it is created once the old pod is gone",
+                )
+            )
+        ),
+    ] = None
+    success_policy: Annotated[
+        dict[str, Any] | None,
+        Field(
+            json_schema_extra=_refused(
+                f"{_JOB}.successPolicy",
+                "use the JobSet's spec.template.spec.successPolicy, which decides when the TrainJob completes",
+            )
+        ),
+    ] = None
+    ttl_seconds_after_finished: Annotated[
+        int | None,
+        Field(
+            json_schema_extra=_refused(
+                f"{_JOB}.ttlSecondsAfterFinished",
+                "set spec.template.spec.ttlSecondsAfterFinished (the JobSet's), or the TrainJob's "
+                "kubetrain.dev/ttl-seconds-after-finished annotation",
+            )
+        ),
+    ] = None
+    suspend: Annotated[
+        bool | None,
+        Field(
+            json_schema_extra=_refused(f"{_JOB}.suspend", "suspend the TrainJob (its spec.suspend) instead")
+        ),
+    ] = None
+    selector: Annotated[
+        dict[str, Any] | None,
+        Field(json_schema_extra=_refused(f"{_JOB}.selector", "the controller selects the pods it creates")),
+    ] = None
+    manual_selector: Annotated[
+        bool | None,
+        Field(
+            json_schema_extra=_refused(f"{_JOB}.manualSelector", "the controller selects the pods it creates")
+        ),
+    ] = None
+    managed_by: Annotated[
+        str | None,
+        Field(
+            json_schema_extra=_refused(
+                f"{_JOB}.managedBy", "kubetrain writes no Job objects; set the TrainJob's spec.managedBy"
+            )
+        ),
+    ] = None
     template: Annotated[
         dict[str, Any], Field(json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodTemplateSpec"))
     ] = Field(default_factory=dict)
@@ -437,7 +648,7 @@ class JobSpec(ApiModel):
 
 class JobTemplate(ApiModel):
     metadata: MetadataPatch | None = None
-    spec: JobSpec
+    spec: Annotated[JobSpec, Field(json_schema_extra=_JOB_SPEC_RULES)]
 
 
 ReplicatedJobName = Annotated[str, Field(max_length=DNS_LABEL_MAX)]
@@ -451,10 +662,23 @@ class DependsOn(ApiModel):
 class ReplicatedJob(ApiModel):
     # Part of every pod's hostname and of its child Jobs' names: a DNS-1035 label, as JobSet requires.
     name: str = Field(min_length=1, max_length=DNS_LABEL_MAX, pattern=DNS_LABEL_PATTERN)
-    group_name: str | None = None
+    group_name: str | None = Field(None, min_length=1, max_length=DNS_LABEL_MAX, pattern=DNS_LABEL_PATTERN)
     replicas: int | None = Field(1, ge=1, le=MAX_NODES)
     depends_on: list[DependsOn] | None = Field(None, max_length=5)
     template: JobTemplate
+
+    model_config = ConfigDict(
+        **ApiModel.model_config,
+        json_schema_extra=rules(
+            cel(
+                f"!has(self.replicas) || self.replicas == 1 || !has(self.template.metadata) || "
+                f"!has(self.template.metadata.labels) || !('{naming.LABEL_TRAINJOB_ANCESTOR}' in "
+                "self.template.metadata.labels)",
+                "spec.template.spec.replicatedJobs[*].replicas must be 1 for a replicated job labelled "
+                f"{naming.LABEL_TRAINJOB_ANCESTOR} (the trainer and the initializers run as one Job, as upstream)",
+            )
+        ),
+    )
 
 
 class Network(ApiModel):
@@ -477,15 +701,39 @@ class FailurePolicyRule(ApiModel):
         "RestartJob",
         "RestartJobAndIgnoreMaxRestarts",
     ]
-    on_job_failure_reasons: list[str] | None = None
-    on_job_failure_message_patterns: list[str] | None = None
+    on_job_failure_reasons: list[JobFailureReason] | None = Field(None, max_length=len(JOB_FAILURE_REASONS))
+    on_job_failure_message_patterns: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        None, max_length=16
+    )
     target_replicated_jobs: list[ReplicatedJobName] | None = Field(None, max_length=100)
+
+
+_RESTART_STRATEGY_RULES = rules(
+    cel(
+        "self != 'InPlaceRestart'",
+        "spec.template.spec.failurePolicy.restartStrategy InPlaceRestart is not supported (JobSet keeps it behind a "
+        "feature gate): use Recreate or BlockingRecreate, which kubetrain both carries out as BlockingRecreate",
+    )
+)
 
 
 class FailurePolicy(ApiModel):
     max_restarts: int | None = Field(None, ge=0)
-    restart_strategy: Literal["Recreate", "BlockingRecreate", "InPlaceRestart"] | None = None
-    rules: list[FailurePolicyRule] | None = None
+    restart_strategy: Annotated[
+        Literal["Recreate", "BlockingRecreate", "InPlaceRestart"] | None,
+        Field(json_schema_extra=_RESTART_STRATEGY_RULES),
+    ] = None
+    rules: list[FailurePolicyRule] | None = Field(None, max_length=64)
+
+
+class StartupPolicy(ApiModel):
+    startup_policy_order: Literal["AnyOrder", "InOrder"]
+
+
+class Coordinator(ApiModel):
+    replicated_job: str = Field(min_length=1, max_length=DNS_LABEL_MAX)
+    job_index: int | None = Field(0, ge=0)
+    pod_index: int | None = Field(0, ge=0)
 
 
 class VolumeRetentionPolicy(ApiModel):
@@ -507,6 +755,10 @@ _JOBSET_SPEC_RULES = rules(
         "self.successPolicy.targetReplicatedJobs.all(t, self.replicatedJobs.exists(r, r.name == t))",
         "spec.template.spec.successPolicy.targetReplicatedJobs must name replicated jobs of this runtime: "
         "with an unknown name the job could never succeed",
+    ),
+    cel(
+        "!has(self.coordinator) || self.replicatedJobs.exists(r, r.name == self.coordinator.replicatedJob)",
+        "spec.template.spec.coordinator.replicatedJob must name a replicated job of this runtime",
     ),
 )
 
@@ -544,8 +796,29 @@ class JobSetSpec(ApiModel):
     network: Network | None = None
     success_policy: SuccessPolicy | None = None
     failure_policy: FailurePolicy | None = None
+    startup_policy: StartupPolicy | None = None
+    coordinator: Coordinator | None = None
     ttl_seconds_after_finished: int | None = Field(None, ge=0)
-    suspend: bool | None = None
+    suspend: Annotated[
+        bool | None,
+        Field(
+            json_schema_extra=rules(
+                cel(
+                    "!self",
+                    "spec.template.spec.suspend cannot be true: a runtime does not suspend its TrainJobs (upstream "
+                    "overwrites it with the TrainJob's); suspend the TrainJob (its spec.suspend)",
+                )
+            )
+        ),
+    ] = None
+    managed_by: Annotated[
+        str | None,
+        Field(
+            json_schema_extra=_refused(
+                "spec.template.spec.managedBy", "kubetrain runs no JobSet; set the TrainJob's spec.managedBy"
+            )
+        ),
+    ] = None
     volume_claim_policies: list[VolumeClaimPolicy] | None = None
 
 

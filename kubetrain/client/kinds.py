@@ -97,12 +97,16 @@ def default_container(job: Obj) -> str:
 
 
 def report(job: Obj) -> Obj:
-    """Rank 0's training report (last checkpoint, step, metrics) the controller copied into the job."""
+    """Rank 0's training report (last checkpoint, step, metrics) the controller copied into the job.
+
+    A metric that is not a finite number (a loss of NaN after no step, an infinite perplexity) reads
+    as None: the report travels on as JSON (Airflow's XCom through its execution API, KFP outputs),
+    which has no NaN or Infinity."""
     text = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TRAINING_REPORT)
     if not text:
         return {}
     try:
-        loaded = json.loads(text)
+        loaded = json.loads(text, parse_constant=lambda _: None)
     except ValueError:
         return {}
     return loaded if isinstance(loaded, dict) else {}

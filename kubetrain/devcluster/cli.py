@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubetrain.devcluster import build, paths
+from kubetrain.devcluster.airflow_deploy import REPO, AirflowDeployment, AirflowOptions
 from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
@@ -64,6 +65,14 @@ def up_command(
     process_node_gpus: Annotated[
         int, typer.Option(help="GPUs the process node advertises when the host has none.")
     ] = 0,
+    process_node_default: Annotated[
+        bool,
+        typer.Option(
+            "--process-node-default",
+            help="Pods that name no node run on the process node for real; simulated nodes take only "
+            "pods that tolerate the kubetrain.dev/simulated taint.",
+        ),
+    ] = False,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -89,6 +98,7 @@ def up_command(
                 apiserver_port=port,
                 process_node=process_node,
                 process_node_gpus=process_node_gpus,
+                process_node_default=process_node_default,
                 workdir=str((workdir or Path.cwd()).resolve()),
             ),
             console=console,
@@ -196,3 +206,108 @@ def openapi_command(
         return
     target.write_text(rendered)
     console.print(f"wrote {target}")
+
+
+# -- kubetrain dev airflow ------------------------------------------------------------------------------
+airflow_app = typer.Typer(
+    help="A real Airflow deployment beside the cluster: Postgres, API server (webserver on 2.11), "
+    "scheduler with the LocalExecutor, DAG processor and triggerer. Run it from an Airflow environment "
+    "(.venv-airflow or .venv-airflow2).",
+    no_args_is_help=True,
+)
+app.add_typer(airflow_app, name="airflow")
+
+AIRFLOW_DAGS = REPO / "dags"
+AirflowDir = Annotated[
+    Path | None,
+    typer.Option("--airflow-dir", help="State dir of the deployment (default: airflow/ in the cluster's)."),
+]
+
+
+def _deployment(state_dir: Path | None, airflow_dir: Path | None) -> AirflowDeployment:
+    return AirflowDeployment(airflow_dir or (state_dir or paths.default_state_dir()) / "airflow")
+
+
+@airflow_app.command("up")
+def airflow_up_command(
+    dags_folder: Annotated[
+        Path, typer.Option(help="The DAG folder (default: the repository's dags/).")
+    ] = AIRFLOW_DAGS,
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="KUBETRAIN_NAMESPACE of the Airflow processes: where the example DAGs train."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="The kubeconfig the kubernetes_default connection names (default: the cluster's)."),
+    ] = None,
+    state_dir: StateDir = None,
+    airflow_dir: AirflowDir = None,
+) -> None:
+    """Start Airflow on Postgres beside the running dev cluster and print how to use it."""
+    cluster_dir = state_dir or paths.default_state_dir()
+    deployment = _deployment(state_dir, airflow_dir)
+    try:
+        deployment.up(
+            AirflowOptions(
+                cluster=str(cluster_dir.resolve()),
+                dags_folder=str(dags_folder.resolve()),
+                kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
+                namespace=namespace,
+            ),
+            console=console,
+        )
+        api = deployment.api()
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    console.print(
+        f"\nAirflow {api.major}: {api.base_url} (user {api.user}, password {api.password})\n"
+        f"Use the CLI with:\n\n  export AIRFLOW_HOME={deployment.layout.home}\n"
+    )
+    typer.echo(str(deployment.layout.home))
+
+
+@airflow_app.command("down")
+def airflow_down_command(state_dir: StateDir = None, airflow_dir: AirflowDir = None) -> None:
+    """Stop every Airflow process and Postgres, and remove the deployment's state dir."""
+    deployment = _deployment(state_dir, airflow_dir)
+    if deployment.down():
+        console.print(f"Stopped Airflow and removed {deployment.root}")
+    else:
+        console.print("No Airflow deployment was running.")
+
+
+@airflow_app.command("status")
+def airflow_status_command(state_dir: StateDir = None, airflow_dir: AirflowDir = None) -> None:
+    """Pid and health of each process; exits 1 unless all are healthy."""
+    deployment = _deployment(state_dir, airflow_dir)
+    try:
+        rows = deployment.status()
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    if not rows:
+        console.print("No Airflow deployment is running; start one with `kubetrain dev airflow up`.")
+        raise typer.Exit(code=1)
+    table = Table("process", "pid", "running", "healthy", title=f"Airflow ({deployment.root})")
+    for row in rows:
+        table.add_row(row.name, str(row.pid or "-"), _mark(row.running), _mark(row.healthy))
+    Console().print(table)
+    if not all(row.healthy for row in rows):
+        raise typer.Exit(code=1)
+
+
+@airflow_app.command("restart")
+def airflow_restart_command(
+    component: Annotated[
+        str, typer.Argument(help="api-server (webserver), scheduler, dag-processor or triggerer.")
+    ],
+    kill: Annotated[bool, typer.Option("--kill", help="SIGKILL it at once, as a crash would.")] = False,
+    state_dir: StateDir = None,
+    airflow_dir: AirflowDir = None,
+) -> None:
+    """Stop one Airflow process and start a new one, to see what the provider makes of it."""
+    try:
+        seconds = _deployment(state_dir, airflow_dir).restart(component, kill=kill)
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+    console.print(f"{'Killed' if kill else 'Stopped'} and restarted {component}: ready after {seconds:.1f}s")

@@ -70,6 +70,8 @@ class ClusterOptions:
     apiserver_port: int | None = None
     process_node: bool = True
     process_node_gpus: int = 0
+    # Pods that name no node run on the process node, not on a simulated one (nodes.py says how).
+    process_node_default: bool = False
     workdir: str = field(default_factory=lambda: str(Path.cwd()))
 
     def validate(self) -> None:
@@ -80,6 +82,11 @@ class ClusterOptions:
                 raise DevClusterError(f"{flag} must be >= 0 (got {value})")
         if self.apiserver_port is not None and not 1 <= self.apiserver_port <= 65535:
             raise DevClusterError(f"--port must be between 1 and 65535 (got {self.apiserver_port})")
+        if self.process_node_default and not self.process_node:
+            raise DevClusterError(
+                "--process-node-default needs the process node: drop --no-process-node, "
+                "or drop --process-node-default to let simulated nodes take every pod"
+            )
 
 
 @dataclass
@@ -367,6 +374,7 @@ class DevCluster:
                 f"--ca={self.pki.ca_cert}",
                 f"--workdir={options.workdir}",
                 f"--gpus={options.process_node_gpus}",
+                *(["--default-node"] if options.process_node_default else []),
             ],
             HealthCheck(f"https://127.0.0.1:{ports['process-node']}/healthz", ca_file=self.pki.ca_cert),
             ports["process-node"],
@@ -440,6 +448,7 @@ class DevCluster:
                     gpu_nodes=options.gpu_nodes,
                     gpus_per_node=options.gpus_per_node,
                     cpu_nodes=options.cpu_nodes,
+                    tainted=options.process_node_default,
                 )
                 asyncio.run(_register_nodes(self.kubeconfig, node_list))
             console.print(
@@ -477,7 +486,11 @@ class DevCluster:
             process.stop(state.pids[name])
 
     def down(self) -> bool:
-        """Stop every component and remove the state dir; returns whether anything was there."""
+        """Stop every component (and an Airflow deployment in the state dir) and remove the state dir;
+        returns whether anything was there."""
+        from kubetrain.devcluster.airflow_deploy import AirflowDeployment  # it imports this module
+
+        AirflowDeployment(self.state_dir / "airflow").down()
         state = self.load_state() if self.state_file.exists() else None
         if state is not None:
             self._stop_all(state)

@@ -3,8 +3,13 @@
 Each component runs in a session (process group) of its own, so stopping it
 reaches every child, and outlives the ``kubetrain dev up`` command that started
 it. Stopping is by recorded pid, never by name matching: SIGTERM to the group,
-then SIGKILL after a grace period. Our own components (the process node, the
-provisioner) run their main loop with ``run_until_stopped``.
+then SIGKILL after a grace period (or SIGKILL at once, as a crash would).
+
+A component is ready when its probe says so: an HTTP(S) endpoint that answers
+200 (``HealthCheck``), or a command that prints what readiness looks like
+(``CommandCheck``: Postgres's ``pg_isready``, a query of Airflow's job table),
+for processes that serve no health endpoint of their own. Our own components
+(the process node, the provisioner) run their main loop with ``run_until_stopped``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,18 @@ import urllib.request
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubetrain.devcluster.errors import DevClusterError
+
+
+class Probe(Protocol):
+    """Tells whether a component is ready; ``what`` names the check in error messages."""
+
+    @property
+    def what(self) -> str: ...
+
+    def probe(self, timeout: float = 2.0) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,10 @@ class HealthCheck:
     token: str | None = None
     ca_file: Path | None = None
     insecure: bool = False
+
+    @property
+    def what(self) -> str:
+        return self.url
 
     def probe(self, timeout: float = 2.0) -> bool:
         request = urllib.request.Request(self.url)
@@ -52,16 +70,54 @@ class HealthCheck:
             return False
 
 
+@dataclass(frozen=True)
+class CommandCheck:
+    """A command that exits 0 and prints ``expect`` once the component is ready."""
+
+    argv: tuple[str, ...]
+    expect: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def what(self) -> str:
+        return " ".join(self.argv)
+
+    def probe(self, timeout: float = 2.0) -> bool:
+        try:
+            done = subprocess.run(
+                self.argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                env={**os.environ, **self.env},
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0 and self.expect in done.stdout
+
+
 @dataclass
 class Component:
-    """A control-plane process: how to start it and how to tell it is healthy."""
+    """A control-plane process: how to start it and how to tell it is healthy.
+
+    ``user``: the account it runs as (Postgres refuses to run as root). ``unset_env``: prefixes of
+    variables of the caller's environment it must not inherit (settings it takes from its own file)."""
 
     name: str
     argv: list[str]
-    health: HealthCheck
+    health: Probe
     port: int
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 60.0
+    user: str | None = None
+    unset_env: tuple[str, ...] = ()
+
+
+def environment(env: dict[str, str], unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """The caller's environment without the variables ``unset`` starts, with ``env`` on top."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(unset)} if unset else os.environ
+    return {**inherited, **env}
 
 
 def pid_alive(pid: int) -> bool:
@@ -98,7 +154,9 @@ def start(component: Component, log_path: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **component.env},
+            env=environment(component.env, component.unset_env),
+            user=component.user,
+            group=component.user,
         )
 
 
@@ -116,7 +174,7 @@ def wait_healthy(component: Component, proc: subprocess.Popen[bytes], log_path: 
             return time.monotonic() - started
         time.sleep(0.2)
     raise DevClusterError(
-        f"{component.name} was not healthy at {component.health.url} after {component.startup_timeout:.0f}s; "
+        f"{component.name} was not healthy ({component.health.what}) after {component.startup_timeout:.0f}s; "
         f"its log ({log_path}) ends with:\n{log_tail(log_path)}"
     )
 
@@ -133,9 +191,15 @@ def stop(pid: int, *, grace: float = 10.0) -> None:
         if not pid_alive(pid):
             return
         time.sleep(0.1)
+    kill(pid)
+
+
+def kill(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` at once, as a crash or the OOM killer would, and wait
+    (up to 10 s) until it is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    for _ in range(50):
+    for _ in range(100):
         _reap(pid)
         if not pid_alive(pid):
             return

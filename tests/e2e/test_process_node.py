@@ -61,6 +61,18 @@ async def test_the_node_is_ready_with_host_capacity_and_a_lease(
     assert lease.spec.holder_identity == PROCESS_NODE and lease.spec.renew_time is not None
 
 
+async def test_a_pod_with_resource_requests_runs_to_success(core: client.CoreV1Api, namespace: str) -> None:
+    # The API server gives such a pod the Burstable QoS class, immutable: a status write that says
+    # otherwise is refused, and the pod stayed Pending while its process ran.
+    resources = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    await core.create_namespaced_pod(
+        namespace, pod("sized", "print('ran')", container={"resources": resources})
+    )
+    done = await wait_phase(core, namespace, "sized", "Succeeded", "Failed")
+    assert done.status.phase == "Succeeded" and done.status.qos_class == "Burstable"
+    assert await core.read_namespaced_pod_log("sized", namespace) == "ran\n"
+
+
 async def test_env_comes_from_fields_config_maps_and_secrets(
     core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:
@@ -283,3 +295,46 @@ def test_the_log_endpoint_demands_the_cluster_client_certificate(dev_cluster: De
         c.laddr.ip for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port
     }
     assert addresses == {"127.0.0.1"}, f"the process node listens on {addresses}"
+
+
+LISTENER = """
+import socket, time
+import torch.distributed as dist
+server = socket.create_server(("", 23456))  # every PyTorchJob's MASTER_PORT, on the wildcard address
+mine = socket.create_connection(("127.0.0.1", 23456))  # localhost is the pod's own
+accepted, _ = server.accept()
+store = dist.TCPStore("localhost", 29500, 1, True, wait_for_workers=False)  # torchrun's port
+store.set("pod", "{name}")
+print("listening on", server.getsockname()[0], "store says", store.get("pod").decode(), flush=True)
+time.sleep(6)  # still listening while the other pod starts
+"""
+
+
+async def test_two_pods_listen_on_one_port_each_on_its_own_address(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    for name in ("first", "second"):
+        await core.create_namespaced_pod(namespace, pod(name, LISTENER.format(name=name)))
+    addresses = {}
+    for name in ("first", "second"):
+        done = await wait_phase(core, namespace, name, "Succeeded", "Failed", timeout=120)
+        out = kubectl("logs", name, "-n", namespace).stdout
+        assert done.status.phase == "Succeeded", out
+        assert f"store says {name}" in out, out
+        addresses[name] = out.split("listening on ")[1].split()[0]
+        assert addresses[name] == done.status.pod_ip, "the wildcard listener is on the pod's own address"
+    assert addresses["first"] != addresses["second"]
+
+
+async def test_a_command_named_like_a_service_is_still_the_program(
+    core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    # A TrainJob named like its command (`tune run`, a TrainJob "tune") has a Service of that name.
+    await core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "python"}, "spec": {"clusterIP": "None", "selector": {"app": "python"}}},
+    )
+    await core.create_namespaced_pod(namespace, pod("python", "print('the program ran')"))
+    done = await wait_phase(core, namespace, "python", "Succeeded", "Failed")
+    out = kubectl("logs", "python", "-n", namespace).stdout
+    assert done.status.phase == "Succeeded" and "the program ran" in out, out

@@ -224,6 +224,33 @@ async def test_a_trainjob_runtime_ref_is_immutable(custom: client.CustomObjectsA
     assert "spec.runtimeRef is immutable" in message
 
 
+async def test_runtime_patches_change_only_while_the_trainjob_is_suspended(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    assert await _create(custom, namespace, copy.deepcopy(TRAINJOB)) == ""
+    patches = [
+        {
+            "manager": "example.com/m",
+            "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"a": "b"}}}},
+        }
+    ]
+
+    async def patch(spec: dict[str, Any]) -> None:
+        await custom.patch_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "llm", {"spec": spec},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
+    with pytest.raises(client.ApiException) as raised:
+        await patch({"runtimePatches": patches})
+    assert (
+        "spec.runtimePatches and spec.podTemplateOverrides may change only while the TrainJob is suspended"
+        in (raised.value.body)
+    )
+    await patch({"runtimePatches": patches, "suspend": True})  # Kueue's way: in the update that suspends
+    await patch({"runtimePatches": [], "suspend": False})  # or in the one that resumes
+
+
 async def test_kubectl_get_kubeflow_lists_every_job_kind(
     kubectl: Any, custom: client.CustomObjectsApi, namespace: str
 ) -> None:
@@ -434,3 +461,188 @@ async def test_a_runtime_whose_jobs_could_never_run_or_end_is_rejected(
     runtime: dict[str, Any], message: str, custom: client.CustomObjectsApi, namespace: str
 ) -> None:
     assert message in await _create(custom, namespace, runtime)
+
+
+def _job_spec(**fields: Any) -> dict[str, Any]:
+    """The node replicated job with these Job spec fields (its pods restart Never)."""
+    pod = {"spec": {"restartPolicy": "Never", "containers": [_container("node")]}}
+    return {"name": "node", "template": {"spec": {"template": pod, **fields}}}
+
+
+def _trainer_job(**fields: Any) -> dict[str, Any]:
+    job = _replicated_job("node", **fields)
+    job["template"]["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
+    return job
+
+
+FAIL_ON_42 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        (
+            _runtime(_job_spec(ttlSecondsAfterFinished=60)),
+            "template.spec.ttlSecondsAfterFinished is not supported",
+        ),
+        (_runtime(_job_spec(successPolicy={"rules": []})), "template.spec.successPolicy is not supported"),
+        (_runtime(_job_spec(suspend=True)), "template.spec.suspend is not supported"),
+        (_runtime(_job_spec(manualSelector=True)), "template.spec.manualSelector is not supported"),
+        (
+            _runtime(_job_spec(selector={"matchLabels": {"a": "b"}})),
+            "template.spec.selector is not supported",
+        ),
+        (_runtime(_job_spec(managedBy="example.com/x")), "template.spec.managedBy is not supported"),
+        (_runtime(_job_spec(completionMode="NonIndexed")), "template.spec.completionMode must be Indexed"),
+        (
+            _runtime(_job_spec(podReplacementPolicy="TerminatingOrFailed")),
+            "template.spec.podReplacementPolicy must be Failed",
+        ),
+        (
+            _runtime(_replicated_job("node"), managedBy="example.com/x"),
+            "spec.template.spec.managedBy is not supported",
+        ),
+        (_runtime(_replicated_job("node"), suspend=True), "spec.template.spec.suspend cannot be true"),
+        (
+            _runtime(_replicated_job("node"), failurePolicy={"restartStrategy": "InPlaceRestart"}),
+            "restartStrategy InPlaceRestart is not supported",
+        ),
+        (
+            _runtime(_replicated_job("node"), coordinator={"replicatedJob": "launcher"}),
+            "spec.template.spec.coordinator.replicatedJob must name a replicated job",
+        ),
+        (
+            _runtime(
+                _replicated_job("node"),
+                failurePolicy={
+                    "rules": [{"name": "r", "action": "FailJobSet", "onJobFailureReasons": ["Oops"]}]
+                },
+            ),
+            "onJobFailureReasons[0]",
+        ),
+        (_runtime(_replicated_job("node", groupName="Bad_Group")), "groupName"),
+        (_runtime(_trainer_job(replicas=2)), "replicas must be 1 for a replicated job labelled"),
+    ],
+    ids=[
+        "job-ttl",
+        "job-success-policy",
+        "job-suspend",
+        "job-manual-selector",
+        "job-selector",
+        "job-managed-by",
+        "job-non-indexed",
+        "job-replace-terminating",
+        "jobset-managed-by",
+        "jobset-suspend",
+        "jobset-in-place-restart",
+        "coordinator-unknown-job",
+        "failure-reason-unknown",
+        "group-name-not-a-label",
+        "trainer-replicas",
+    ],
+)
+async def test_a_jobset_or_job_field_kubetrain_does_not_carry_out_is_refused_naming_it(
+    runtime: dict[str, Any], message: str, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    assert message in await _create(custom, namespace, runtime, dry_run=True)
+
+
+@pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        (
+            {
+                "name": "node",
+                "template": {
+                    "spec": {
+                        "podFailurePolicy": FAIL_ON_42,
+                        "template": {"spec": {"containers": [_container("node")]}},
+                    }
+                },
+            },
+            "podFailurePolicy needs the pod template's restartPolicy to be Never",
+        ),
+        (
+            {
+                "name": "node",
+                "template": {
+                    "spec": {
+                        "backoffLimitPerIndex": 1,
+                        "template": {"spec": {"containers": [_container("node")]}},
+                    }
+                },
+            },
+            "backoffLimitPerIndex needs the pod template's restartPolicy to be Never",
+        ),
+        (_job_spec(maxFailedIndexes=1), "maxFailedIndexes needs backoffLimitPerIndex"),
+        (
+            _job_spec(
+                podFailurePolicy={
+                    "rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [1]}}]
+                }
+            ),
+            "the FailIndex action needs backoffLimitPerIndex",
+        ),
+        (
+            _job_spec(
+                podFailurePolicy={
+                    "rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [0]}}]
+                }
+            ),
+            "must not contain 0 with operator In",
+        ),
+        (
+            _job_spec(podFailurePolicy={"rules": [{"action": "Ignore"}]}),
+            "must set exactly one of onExitCodes, onPodConditions",
+        ),
+    ],
+    ids=[
+        "pfp-on-failure",
+        "per-index-on-failure",
+        "max-failed-alone",
+        "fail-index-alone",
+        "exit-code-zero",
+        "rule-empty",
+    ],
+)
+async def test_a_pod_failure_policy_or_per_index_limit_a_job_could_not_honour_is_refused(
+    job: dict[str, Any], message: str, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    assert message in await _create(custom, namespace, _runtime(job), dry_run=True)
+
+
+async def test_the_pod_failure_policy_and_per_index_limits_are_kept(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    spec = {
+        "podFailurePolicy": FAIL_ON_42,
+        "backoffLimitPerIndex": 1,
+        "maxFailedIndexes": 2,
+        "activeDeadlineSeconds": 60,
+    }
+    runtime = _runtime(_job_spec(**spec), ttlSecondsAfterFinished=30, coordinator={"replicatedJob": "node"})
+    assert await _create(custom, namespace, runtime) == ""
+    stored = await custom.get_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", "rt"
+    )
+    job_spec = stored["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert {k: job_spec[k] for k in spec} == spec, "nothing pruned"
+
+
+@pytest.mark.parametrize(
+    ("ml_policy", "message"),
+    [
+        ({"flux": {}}, "spec.mlPolicy.flux is not supported"),
+        (
+            {"torch": {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["node"]}]}}},
+            "must not include node",
+        ),
+    ],
+    ids=["flux", "env-injection-node"],
+)
+async def test_an_ml_policy_kubetrain_cannot_carry_out_is_refused(
+    ml_policy: dict[str, Any], message: str, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    runtime = _runtime(_replicated_job("node"))
+    runtime["spec"]["mlPolicy"] = ml_policy
+    assert message in await _create(custom, namespace, runtime, dry_run=True)

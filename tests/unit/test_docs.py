@@ -19,6 +19,10 @@ NOT_RUN_AS_WRITTEN = {
     "make demo": "it builds, then runs examples/demo.py, which tests/e2e/test_demo.py runs on the test cluster",
     "make demo-down": "it runs `kubetrain dev down`, as every make test run does at its end",
     "pip install 'kubetrain[airflow]'": "make airflow-venvs installs this extra into both Airflow environments",
+    "make airflow-venvs": "make test runs it before the Airflow tests",
+    "source .venv-airflow/bin/activate": (
+        "the Airflow deployment tests run `kubetrain dev airflow` from the environment they run in"
+    ),
     "kubetrain dev build": "make build runs it before every test run",
     "kubetrain dev up": "make test starts its cluster with it (and the devcluster tests start their own)",
     "kubetrain dev down": "make test stops its cluster with it",

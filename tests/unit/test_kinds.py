@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from kubetrain.client.kinds import disruption, state, status_line
+from kubetrain.client.kinds import disruption, report, state, status_line
 
 
 def job(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -57,3 +58,16 @@ def test_a_disruption_is_read_from_the_pods_disruption_target_condition() -> Non
     assert disruption(pod({"type": "DisruptionTarget", "status": "True"})) == "DisruptionTarget"
     assert disruption(pod(ready, {**preempted, "status": "False"})) is None
     assert disruption(pod(ready)) is None and disruption({}) is None
+
+
+def test_a_report_with_metrics_that_are_not_numbers_reads_as_json() -> None:
+    """Rank 0 reports a loss of NaN when it had no step left to train (a run resumed from its last
+    checkpoint); Airflow's execution API refuses NaN in an XCom, so the task's result must hold none."""
+    annotated = job()
+    annotated["metadata"]["annotations"] = {
+        "kubetrain.dev/training-report": '{"step": 100, "metrics": {"loss": NaN, "ppl": Infinity, '
+        '"accuracy": 0.92, "worst": -Infinity}}'
+    }
+    found = report(annotated)
+    assert found["metrics"] == {"loss": None, "ppl": None, "accuracy": 0.92, "worst": None}
+    json.dumps(found, allow_nan=False)

@@ -42,6 +42,24 @@ UPSTREAM_FIELDS = {
 }
 
 
+# Upstream's CRDs: the replica type the scale subresource resizes; its webhook: which kinds take replica
+# keys in any case (TFJob's validates no key names, and its defaulting renames them).
+UPSTREAM_SCALE = {
+    "PyTorchJob": "Worker",
+    "TFJob": None,
+    "XGBoostJob": None,
+    "PaddleJob": "Worker",
+    "JAXJob": "Worker",
+}
+UPSTREAM_ANY_CASE_KEYS = {"TFJob"}
+
+
+@pytest.mark.parametrize("kind", kinds.V1_JOBS, ids=lambda k: k.kind)
+def test_each_v1_kind_has_upstreams_scale_subresource_and_key_spelling(kind: kinds.V1Kind) -> None:
+    assert kind.scaled_replica == UPSTREAM_SCALE[kind.kind]
+    assert kind.replica_keys_any_case == (kind.kind in UPSTREAM_ANY_CASE_KEYS)
+
+
 @pytest.mark.parametrize("kind", kinds.V1_JOBS, ids=lambda k: k.kind)
 def test_each_v1_kind_has_upstreams_constants(kind: kinds.V1Kind) -> None:
     assert (

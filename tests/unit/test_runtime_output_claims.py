@@ -23,13 +23,17 @@ SHIPPED = sorted(p.stem for p in RUNTIMES.glob("*.yaml") if p.stem != "kustomiza
 TORCHTUNE = [name for name in SHIPPED if name.startswith("torchtune-")]
 
 
-def resolved(runtime_name: str) -> TrainJobInfo:
+# The kubeflow SDK's BuiltinTrainer(TorchTuneConfig()): the controller completes the command.
+SDK_TRAINER = {"command": ["tune", "run"], "args": []}
+
+
+def resolved(runtime_name: str, trainer: dict[str, Any] | None = None) -> TrainJobInfo:
     runtime: dict[str, Any] = yaml.safe_load((RUNTIMES / f"{runtime_name}.yaml").read_text())
     job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": "tune", "namespace": "team", "uid": "uid-1"},
-        "spec": {"runtimeRef": {"name": runtime_name}},
+        "spec": {"runtimeRef": {"name": runtime_name}, **({"trainer": trainer} if trainer else {})},
     }
     return build(job, runtime)
 
@@ -64,22 +68,30 @@ def claim_of(path: str, mounts: dict[str, str]) -> str:
     return mounts[max(inside, key=len)]
 
 
-def output_dir(info: TrainJobInfo) -> str:
+def words(info: TrainJobInfo) -> list[str]:
+    """The trainer's command line: command and args."""
     trainer = info.trainer()
     assert trainer is not None
     node = trainer.container("node")
     assert node is not None
-    (value,) = [a.removeprefix("output_dir=") for a in node.get("args") or [] if a.startswith("output_dir=")]
-    return str(value)
+    return [str(w) for w in [*(node.get("command") or []), *(node.get("args") or [])]]
+
+
+def output_dir(info: TrainJobInfo) -> str:
+    (value,) = [w.removeprefix("output_dir=") for w in words(info) if w.startswith("output_dir=")]
+    return value
 
 
 def test_the_torchtune_runtimes_are_shipped() -> None:
     assert TORCHTUNE == ["torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"]
 
 
+@pytest.mark.parametrize("trainer", [None, SDK_TRAINER], ids=["runtime-command", "sdk-builtin-trainer"])
 @pytest.mark.parametrize("runtime_name", TORCHTUNE)
-def test_the_fine_tuned_model_lands_on_a_claim_that_outlives_the_trainjob(runtime_name: str) -> None:
-    info = resolved(runtime_name)
+def test_the_fine_tuned_model_lands_on_a_claim_that_outlives_the_trainjob(
+    runtime_name: str, trainer: dict[str, Any] | None
+) -> None:
+    info = resolved(runtime_name, trainer)
     claim = claim_of(output_dir(info), trainer_mounts(info))
     assert claim == "output-tune"
     assert owned_claims(info)[claim] is False, f"{runtime_name}: deleting the TrainJob would delete {claim}"
@@ -98,11 +110,7 @@ def test_only_the_output_is_retained_the_downloads_go_with_the_trainjob(runtime_
 @pytest.mark.parametrize("runtime_name", SHIPPED)
 def test_no_shipped_runtime_writes_its_output_to_a_claim_deleted_with_the_trainjob(runtime_name: str) -> None:
     info = resolved(runtime_name)
-    trainer = info.trainer()
-    assert trainer is not None
-    node = trainer.container("node")
-    assert node is not None
-    writes_output = any(a.startswith("output_dir=") for a in node.get("args") or [])
+    writes_output = any(w.startswith("output_dir=") for w in words(info))
     if writes_output:
         assert owned_claims(info)[claim_of(output_dir(info), trainer_mounts(info))] is False
     else:  # the runtimes that write nowhere on a claim give the TrainJob no claim at all

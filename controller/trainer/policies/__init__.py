@@ -7,7 +7,9 @@ CRD rejects the reserved names). ``POLICIES`` lists them; the first whose field
 the runtime's ``mlPolicy`` sets applies. What each sets is upstream's contract:
 
 * torch: ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``,
-  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` for ``torchrun``, and port 29500;
+  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` for ``torchrun``, and port 29500
+  (also in the runtime's ``envInjection`` containers); a ``tune run`` trainer
+  gets its command completed instead of the address (``torchtune``);
 * jax: ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, ``JAX_COORDINATOR_ADDRESS``;
 * xgboost: the ``DMLC_*`` tracker settings;
 * mpi: an SSH key Secret and a hostfile ConfigMap, mounted into launcher and

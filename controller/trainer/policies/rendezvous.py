@@ -7,7 +7,8 @@ what differs is one method, ``env``. The names and values are upstream's.
 
 from __future__ import annotations
 
-from kubetrain.controller.state import EnvVar
+from kubetrain.controller.state import EnvVar, Obj
+from kubetrain.controller.trainer.policies import torchtune
 from kubetrain.controller.trainer.policies.common import (
     PORT,
     add_port,
@@ -17,7 +18,7 @@ from kubetrain.controller.trainer.policies.common import (
     node_resources,
     trainer_container,
 )
-from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
+from kubetrain.controller.trainer.state import BuildError, PodSet, TrainJobInfo
 from kubetrain.kube.strategic import upsert_env
 
 
@@ -39,23 +40,82 @@ class Rendezvous:
 
 
 class Torch(Rendezvous):
-    """torchrun's: ``numProcPerNode`` processes on each node (``auto`` without GPUs: one per CPU)."""
+    """torchrun's: ``numProcPerNode`` processes on each node (``auto`` without GPUs: one per CPU).
+
+    A TrainJob whose trainer command is ``tune run`` (the SDK's torchtune ``BuiltinTrainer``) gets its
+    command completed instead of the rendezvous address (``policies.torchtune``). The runtime's
+    ``envInjection`` targets, extra containers of any replicated job, get every ``PET_*`` variable."""
 
     name = "torch"
 
+    def apply(self, info: TrainJobInfo) -> None:
+        found = trainer_container(info)
+        if found is None:
+            return
+        trainer, container = found
+        procs, gpus = _processes(info, trainer)
+        upsert_env(container, _rank_env(info, trainer, procs))
+        if torchtune.requested(info):
+            container["command"] = torchtune.command(info, trainer, procs, gpus)
+        else:
+            upsert_env(container, _master_env(info, trainer))
+        add_port(container)
+        for target in _injection_targets(info):
+            upsert_env(target, [*_rank_env(info, trainer, procs), *_master_env(info, trainer)])
+
     def env(self, info: TrainJobInfo, trainer: PodSet) -> list[EnvVar]:
-        requested = (info.spec.get("trainer") or {}).get("numProcPerNode")
-        procs: str = "auto" if requested is None else str(requested)
-        resources = node_resources(info, trainer)
-        if procs == "auto" and gpus_per_node(resources) == 0:
-            procs = str(max(1, cpus_per_node(resources)))
-        return [
-            {"name": "PET_NNODES", "value": str(trainer.count)},
-            {"name": "PET_NPROC_PER_NODE", "value": procs},
-            completion_index_env("PET_NODE_RANK"),
-            {"name": "PET_MASTER_ADDR", "value": info.endpoint(trainer.name)},
-            {"name": "PET_MASTER_PORT", "value": str(PORT)},
-        ]
+        return [*_rank_env(info, trainer, _processes(info, trainer)[0]), *_master_env(info, trainer)]
+
+
+def _processes(info: TrainJobInfo, trainer: PodSet) -> tuple[int | None, int]:
+    """Processes per node (None: ``auto``, torchrun counts the GPUs) and a node's GPUs."""
+    requested = (info.spec.get("trainer") or {}).get("numProcPerNode")
+    resources = node_resources(info, trainer)
+    gpus = gpus_per_node(resources)
+    if requested is not None:
+        return int(requested), gpus
+    return (None if gpus else max(1, cpus_per_node(resources))), gpus
+
+
+def _rank_env(info: TrainJobInfo, trainer: PodSet, procs: int | None) -> list[EnvVar]:
+    return [
+        {"name": "PET_NNODES", "value": str(trainer.count)},
+        {"name": "PET_NPROC_PER_NODE", "value": "auto" if procs is None else str(procs)},
+        completion_index_env("PET_NODE_RANK"),
+    ]
+
+
+def _master_env(info: TrainJobInfo, trainer: PodSet) -> list[EnvVar]:
+    return [
+        {"name": "PET_MASTER_ADDR", "value": info.endpoint(trainer.name)},
+        {"name": "PET_MASTER_PORT", "value": str(PORT)},
+    ]
+
+
+def _injection_targets(info: TrainJobInfo) -> list[Obj]:
+    """The containers ``mlPolicy.torch.envInjection`` names (containers or init containers)."""
+    found: list[Obj] = []
+    targets = ((info.ml_policy.get("torch") or {}).get("envInjection") or {}).get("targets") or []
+    for i, target in enumerate(targets):
+        where = f"spec.mlPolicy.torch.envInjection.targets[{i}]"
+        pod_set = info.pod_set(str(target.get("jobName")))
+        if pod_set is None:
+            raise BuildError(
+                f"{where}.jobName {target.get('jobName')!r} is not a replicated job of the runtime "
+                f"(it has {', '.join(s.name for s in info.pod_sets)})"
+            )
+        spec = pod_set.template.get("spec") or {}
+        containers = {
+            c.get("name"): c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        }
+        for j, name in enumerate(target.get("containerNames") or []):
+            if name not in containers:
+                raise BuildError(
+                    f"{where}.containerNames[{j}] {name!r} is not a container or init container of replicated "
+                    f"job {pod_set.name} (it has {', '.join(map(str, containers))})"
+                )
+            found.append(containers[name])
+    return found
 
 
 class Jax(Rendezvous):

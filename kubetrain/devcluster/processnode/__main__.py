@@ -27,6 +27,11 @@ def main() -> None:
         "--workdir", type=Path, default=Path.cwd(), help="working directory of containers that set none"
     )
     parser.add_argument("--gpus", type=int, default=0, help="GPUs to advertise when the host has none")
+    parser.add_argument(
+        "--default-node",
+        action="store_true",
+        help="register the node without its taint, so pods that name no node run here",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     asyncio.run(run(args))
@@ -45,6 +50,7 @@ async def run(args: argparse.Namespace) -> None:
         workdir=args.workdir,
         api_server=server,
         fake_gpus=args.gpus,
+        default_node=args.default_node,
     )
     await run_until_stopped(Agent(settings, kube).run())
     await kube.close()

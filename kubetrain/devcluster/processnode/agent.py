@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import logserver, network
+from kubetrain.devcluster.processnode import isolation, logserver, network
 from kubetrain.devcluster.processnode.pods import PodWorker
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -59,6 +59,8 @@ class Settings:
     workdir: Path
     api_server: str
     fake_gpus: int = 0
+    # Untainted, so pods that name no node run here (the simulated nodes carry a taint instead).
+    default_node: bool = False
 
 
 def detect_gpus() -> list[str]:
@@ -120,6 +122,7 @@ class Agent:
         )
         self.pods.add_handler(self._on_pod)
         self._runtime_bin = str(Path(sys.executable).parent)
+        self.netshim: Path | None = None  # the port isolation library, once built
 
     # -- what pods get ---------------------------------------------------------------------------
     def base_env(self, worker: PodWorker) -> dict[str, str]:
@@ -213,7 +216,7 @@ class Agent:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.settings.name, "labels": labels},
-            "spec": {"taints": [NODE_TAINT]},
+            "spec": {"taints": [] if self.settings.default_node else [NODE_TAINT]},
             "status": self._node_status(capacity),
         }
 
@@ -306,6 +309,7 @@ class Agent:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, ready: asyncio.Event | None = None) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.netshim = await asyncio.to_thread(isolation.build, self.settings.state_dir)
         await self.register()
         self.services.start()
         await self.services.wait_synced()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import containers, env, network, volumes
+from kubetrain.devcluster.processnode import containers, env, isolation, network, volumes
 from kubetrain.kube import errors
 from kubetrain.kube.resources import PODS
 
@@ -273,7 +273,7 @@ class PodWorker:
             argv = [env.expand(a, values) for a in [*(spec.get("command") or []), *(spec.get("args") or [])]]
             pending = [
                 n
-                for text in [*values.values(), *argv]
+                for text in [*values.values(), *argv[1:]]
                 for n in self.agent.resolver.waiting_for(text, self.namespace, self._jobs())
             ]
             if not pending or asyncio.get_running_loop().time() > deadline:
@@ -327,7 +327,15 @@ class PodWorker:
             process_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
         for name, value in values.items():
             process_env[name] = self._rewrite(value, mounts)
-        argv = [self._rewrite(a, mounts) for a in argv]
+        process_env.update(
+            isolation.env(
+                self.agent.netshim, self.address, self.dir / "ports", process_env.get("LD_PRELOAD", "")
+            )
+        )
+        # The program itself is a file, never a host name (a TrainJob named like its command: `tune`).
+        argv = [
+            network.map_paths(a, mounts) if i == 0 else self._rewrite(a, mounts) for i, a in enumerate(argv)
+        ]
         log_path = container_dir / "logs" / f"{state.restarts}.log"
         return containers.Run(argv=argv, env=process_env, cwd=workdir, log_path=log_path)
 
@@ -431,8 +439,7 @@ class PodWorker:
             "podIPs": [{"ip": self.address}],
             "startTime": self.start_time,
             "containerStatuses": [c.status() for c in self.mains],
-            "qosClass": "BestEffort",
-        }
+        }  # no qosClass: the API server sets it at creation from the resources, and it is immutable
         if self.inits:
             status["initContainerStatuses"] = [c.status() for c in self.inits]
         if self.reason:

@@ -71,6 +71,7 @@ class V1Kind:
     container: str  # the container the framework looks for
     base_types: dict[str, int]  # the base manifest's replica types and counts
     restart_policy: str
+    keys_any_case: bool  # upstream takes its replica keys in any case (TFJob)
 
     @property
     def path(self) -> str:
@@ -95,6 +96,7 @@ V1_KINDS = tuple(
         k.default_container,
         BASE_TYPES[k.kind],
         k.default_restart_policy,
+        k.replica_keys_any_case,
     )
     for k in kinds.V1_JOBS
 )
@@ -207,7 +209,8 @@ def v1_structure(k: V1Kind) -> Iterator[Obj]:
         ("replica-specs-missing", f"no {k.field}", [remove(k.pointer())], k.path),
         ("replica-specs-is-a-list", f"{k.field} as a list", [replace(k.pointer(), [])], k.path),
         ("replica-specs-empty", "no replica type at all: nothing would run", [replace(k.pointer(), {})], k.path),
-        ("replica-type-lower-case", "a replica type spelled in lower case (upstream's webhook refuses it too)", [replace(k.pointer(), lower_case)], f"{k.path} keys must be one of"),
+        *([] if k.keys_any_case else [("replica-type-lower-case", "a replica type spelled in lower case (upstream's webhook refuses it too)", [replace(k.pointer(), lower_case)], f"{k.path} keys must be one of")]),
+        *([("replica-type-in-two-cases", "one replica type spelled in two cases", [add(k.pointer(first.lower()), replica(k, 1))], "names a replica type twice")] if k.keys_any_case else []),
         ("replica-type-unknown", "a replica type this kind does not have", [replace(k.pointer(), {"Launcher": replica(k, 1)})], f"{k.path} keys must be one of"),
         ("replica-is-a-number", "a replica spec that is a number", [replace(k.pointer(first), 3)], f"{k.path}.{first}"),
         ("template-missing", "a replica without a pod template", [remove(k.pointer(first, "template"))], "template.spec.containers must list at least one container"),
@@ -554,6 +557,14 @@ def runtimes(kind: str) -> Iterator[Obj]:
         ("claims-without-templates", "a volumeClaimPolicy without templates", [add("/spec/template/spec/volumeClaimPolicies", [{"retentionPolicy": {"whenDeleted": "Delete"}}])], "spec.template.spec.volumeClaimPolicies[0].templates"),
         ("claims-retention-unknown", "a retention policy that does not exist", [add("/spec/template/spec/volumeClaimPolicies", [{"templates": [], "retentionPolicy": {"whenDeleted": "Keep"}}])], "spec.template.spec.volumeClaimPolicies[0].retentionPolicy.whenDeleted"),
         ("name-upper-case", "an upper-case name", [replace("/metadata/name", "Bad-Name")], "metadata.name"),
+        ("job-ttl", "a Job-level TTL: JobSet would recreate the deleted Job", [add(job_spec + "/ttlSecondsAfterFinished", 60)], "template.spec.ttlSecondsAfterFinished is not supported"),
+        ("job-success-policy", "a Job-level successPolicy kubetrain does not carry out", [add(job_spec + "/successPolicy", {"rules": []})], "template.spec.successPolicy is not supported"),
+        ("job-non-indexed", "a NonIndexed Job: no completion index, no rank", [add(job_spec + "/completionMode", "NonIndexed")], "completionMode must be Indexed"),
+        ("pod-failure-policy-on-failure", "a podFailurePolicy on pods that restart in place", [add(job_spec + "/podFailurePolicy", {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]})], "podFailurePolicy needs the pod template's restartPolicy to be Never"),
+        ("jobset-managed-by", "a JobSet managedBy: kubetrain runs no JobSet", [add("/spec/template/spec/managedBy", "example.com/x")], "spec.template.spec.managedBy is not supported"),
+        ("jobset-suspended", "a runtime that would suspend every TrainJob", [add("/spec/template/spec/suspend", True)], "spec.template.spec.suspend cannot be true"),
+        ("trainer-replicas-two", "two replicas of the trainer's replicated job", [add(job0 + "/replicas", 2)], "replicas must be 1 for a replicated job labelled"),
+        ("flux-policy", "the Flux framework, which kubetrain does not run", [replace("/spec/mlPolicy", {"flux": {}})], "spec.mlPolicy.flux is not supported"),
     ]  # fmt: skip
     for name, why, patch, message in cases:
         yield entry(f"{p}-{name}", kind, why, patch, rejected=message)

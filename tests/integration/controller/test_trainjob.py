@@ -286,3 +286,107 @@ async def test_kubectl_lists_trainjobs_and_runtimes_with_useful_columns(
         assert runtime_row.split()[1] == "torch"
     finally:
         kubectl("delete", "clustertrainingruntime", runtime["metadata"]["name"])
+
+
+def _never_restarting(runtime: dict[str, Any], **job_spec: Any) -> dict[str, Any]:
+    """The runtime's node Job with these Job spec fields, its pods restarting Never (as Kubernetes
+    requires for podFailurePolicy and backoffLimitPerIndex)."""
+    spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    spec.update(job_spec)
+    spec["template"]["spec"]["restartPolicy"] = "Never"
+    return runtime
+
+
+async def _failed_condition(jobs: Jobs, name: str, timeout: float = 60) -> dict[str, Any]:
+    job = await jobs.wait_condition(name, "Failed", kind=TJ, timeout=timeout)
+    [failed] = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
+    return dict(failed)
+
+
+async def test_a_pod_failure_policy_fail_job_rule_fails_the_trainjob_at_the_first_matching_failure(
+    controller: Any, jobs: Jobs
+) -> None:
+    policy = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [42]}}
+        ]
+    }
+    runtime = training_runtime("fatal", pod_annotations=fails(code=42, after="1s"), backoff_limit=5)
+    await jobs.create(_never_restarting(runtime, podFailurePolicy=policy))
+    await jobs.create(trainjob("fatal", "fatal", trainer={"numNodes": 2}))
+    failed = await _failed_condition(jobs, "fatal")
+    assert failed["reason"] == "FailedJobs"
+    assert "(PodFailurePolicy: Container node for pod" in failed["message"]
+    assert "failed with exit code 42 matching FailJob rule at index 0" in failed["message"]
+    indexes = [
+        p.metadata.labels["batch.kubernetes.io/job-completion-index"]
+        for p in await jobs.trainjob_pods("fatal", live=False)
+    ]
+    assert len(indexes) == len(set(indexes)), "no pod was replaced: backoffLimit 5 did not apply"
+
+
+async def test_an_ignored_pod_failure_is_replaced_without_counting_against_the_backoff_limit(
+    controller: Any, jobs: Jobs
+) -> None:
+    policy = {"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}}]}
+    runtime = training_runtime("preempted", pod_annotations=fails(code=137, after="1s"), backoff_limit=0)
+    await jobs.create(_never_restarting(runtime, podFailurePolicy=policy))
+    await jobs.create(trainjob("preempted", "preempted", trainer={"numNodes": 1}))
+
+    async def three_pods() -> list[client.V1Pod] | None:
+        pods = await jobs.trainjob_pods("preempted", live=False)
+        return pods if len(pods) >= 3 else None
+
+    pods = await eventually(three_pods, timeout=60, what="three pods for index 0")
+    assert len({p.metadata.name for p in pods}) == len(pods)
+    counts = sorted(
+        int(p.metadata.annotations["batch.kubernetes.io/job-index-ignored-failure-count"]) for p in pods
+    )
+    assert counts[:3] == [0, 1, 2], "each replacement carries the ignored failures before it"
+    job = await jobs.get("preempted", TJ)
+    assert job is not None and not (job.get("status") or {}).get("conditions"), (
+        "backoffLimit 0 was not reached"
+    )
+
+
+async def test_backoff_limit_per_index_retries_each_index_then_fails_the_trainjob_with_failed_indexes(
+    controller: Any, jobs: Jobs
+) -> None:
+    runtime = training_runtime("per-index", pod_annotations=fails(code=1, after="1s"))
+    await jobs.create(_never_restarting(runtime, backoffLimitPerIndex=1))
+    await jobs.create(trainjob("per-index", "per-index", trainer={"numNodes": 2}))
+    failed = await _failed_condition(jobs, "per-index")
+    assert failed["reason"] == "FailedJobs"
+    assert "(FailedIndexes: indexes 0,1 failed, backoffLimitPerIndex 1)" in failed["message"]
+    pods = await jobs.trainjob_pods("per-index", live=False)
+    by_index = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods)
+    assert by_index == ["0", "0", "1", "1"], "two tries per index, the Job-wide default of 6 left unused"
+    job = await jobs.get("per-index", TJ)
+    assert job is not None and job["status"]["failedIndexes"] == {"node-0": [0, 1]}
+
+
+async def test_a_child_job_past_its_active_deadline_fails_the_trainjob(controller: Any, jobs: Jobs) -> None:
+    runtime = training_runtime("slow", pod_annotations=HANG)
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"] = 3
+    await jobs.create(runtime)
+    await jobs.create(trainjob("slow", "slow", trainer={"numNodes": 1}))
+    failed = await _failed_condition(jobs, "slow", timeout=30)
+    assert "(DeadlineExceeded: active longer than activeDeadlineSeconds 3)" in failed["message"]
+    assert not await jobs.trainjob_pods("slow"), "the running pod was stopped"
+
+
+async def test_the_runtimes_jobset_ttl_deletes_the_pods_and_service_and_keeps_the_trainjob(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await jobs.create(training_runtime("brief", pod_annotations=runs_for("1s"), ttlSecondsAfterFinished=2))
+    await jobs.create(trainjob("brief", "brief", trainer={"numNodes": 2}))
+    await jobs.wait_condition("brief", "Complete", kind=TJ)
+
+    async def gone() -> bool | None:
+        pods = await jobs.trainjob_pods("brief", live=False)
+        services = (await core.list_namespaced_service(namespace)).items
+        return True if not pods and not any(s.metadata.name == "brief" for s in services) else None
+
+    await eventually(gone, timeout=30, what="the TrainJob's pods and Service to be deleted by the JobSet TTL")
+    job = await jobs.get("brief", TJ)
+    assert job is not None and _conditions(job)[-1] == ("Complete", "True", "AllJobsCompleted")

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
+from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.trainer.build import build
 from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
@@ -345,7 +346,7 @@ def test_a_failed_pod_is_replaced_until_the_backoff_limit_then_the_job_fails() -
     obs = jobset.observe(info, [fake_pod(info, "node", 0, "Failed"), second], 0)
     [child] = obs.jobs
     assert child.failed
-    decision = jobset.on_job_failure(info, child, 0)
+    decision = jobset.on_job_failure(info, [child], 0)
     assert (decision.restart, decision.reason) == (False, "FailedJobs")
     assert "exited with code 3" in decision.message and "backoffLimit 1" in decision.message
 
@@ -387,8 +388,8 @@ def test_max_restarts_restarts_then_reports_reaching_the_limit() -> None:
     info.jobset["spec"]["failurePolicy"] = {"maxRestarts": 2}
     info.pod_sets[0].job_spec["backoffLimit"] = 0
     [child] = jobset.observe(info, [fake_pod(info, "node", 0, "Failed")], 0).jobs
-    assert jobset.on_job_failure(info, child, 1).restart
-    last = jobset.on_job_failure(info, child, 2)
+    assert jobset.on_job_failure(info, [child], 1).restart
+    last = jobset.on_job_failure(info, [child], 2)
     assert (last.restart, last.reason) == (False, "ReachedMaxRestarts")
 
 
@@ -400,7 +401,7 @@ def test_a_fail_rule_overrides_max_restarts() -> None:
     }
     info.pod_sets[0].job_spec["backoffLimit"] = 0
     [child] = jobset.observe(info, [fake_pod(info, "node", 0, "Failed")], 0).jobs
-    decision = jobset.on_job_failure(info, child, 0)
+    decision = jobset.on_job_failure(info, [child], 0)
     assert (decision.restart, decision.reason) == (False, "FailJobSetFailurePolicyAction")
 
 
@@ -467,3 +468,108 @@ def test_resources_that_are_not_quantities_name_their_field() -> None:
     job = trainjob({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}}})
     with pytest.raises(BuildError, match=r"spec.trainer.resourcesPerNode: limits.nvidia.com/gpu 'lots'"):
         build(job, runtime("torch-distributed"))
+
+
+def with_side_containers(base: dict[str, Any]) -> dict[str, Any]:
+    """torch-distributed with an init container and a sidecar in its node job."""
+    changed = copy.deepcopy(base)
+    pod = changed["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["initContainers"] = [{"name": "preflight", "image": "example.com/check:1"}]
+    pod["containers"].append({"name": "metrics", "image": "example.com/metrics:1"})
+    return changed
+
+
+def test_env_injection_gives_the_named_init_and_sidecar_containers_every_pet_variable() -> None:
+    shipped = with_side_containers(runtime("torch-distributed"))
+    shipped["spec"]["mlPolicy"]["torch"] = {
+        "envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight", "metrics"]}]}
+    }
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    spec = info.pod_sets[0].template["spec"]
+    preflight, metrics = spec["initContainers"][0], spec["containers"][1]
+    for container in (preflight, metrics):
+        env = env_of(container)
+        assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "mnist-node-0-0.mnist"
+        assert env["PET_MASTER_PORT"] == "29500" and "PET_NODE_RANK" in env and "PET_NPROC_PER_NODE" in env
+        assert "ports" not in container, "only the trainer opens the rendezvous port"
+    plain = build(trainjob({"trainer": {"numNodes": 2}}), with_side_containers(runtime("torch-distributed")))
+    assert "env" not in plain.pod_sets[0].template["spec"]["initContainers"][0], "without envInjection: none"
+
+
+def test_env_injection_targets_keep_the_master_address_under_torchtune() -> None:
+    shipped = runtime("torchtune-llama3.2-1b")
+    shipped["spec"]["mlPolicy"]["torch"] = {
+        "envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight"]}]}
+    }
+    pod = shipped["spec"]["template"]["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"]
+    pod["initContainers"] = [{"name": "preflight", "image": "example.com/check:1"}]
+    job = trainjob({"trainer": {"command": ["tune", "run"]}})
+    job["spec"]["runtimeRef"]["name"] = "torchtune-llama3.2-1b"
+    info = build(job, shipped)
+    trainer = info.pod_set("node")
+    assert trainer is not None
+    assert "PET_MASTER_ADDR" in env_of(trainer.template["spec"]["initContainers"][0])
+    assert "PET_MASTER_ADDR" not in env_of(node(info)), "tune run gets its endpoint on the command line"
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            {"jobName": "launcher", "containerNames": ["x"]},
+            r"targets\[0\]\.jobName 'launcher' is not a replicated job",
+        ),
+        (
+            {"jobName": "node", "containerNames": ["ghost"]},
+            r"targets\[0\]\.containerNames\[0\] 'ghost' is not a container",
+        ),
+    ],
+)
+def test_an_env_injection_target_the_runtime_lacks_names_it(target: dict[str, Any], message: str) -> None:
+    shipped = runtime("torch-distributed")
+    shipped["spec"]["mlPolicy"]["torch"] = {"envInjection": {"targets": [target]}}
+    with pytest.raises(BuildError, match=r"spec\.mlPolicy\.torch\.envInjection\." + message):
+        build(trainjob({"trainer": {"numNodes": 1}}), shipped)
+
+
+def gang_pod(
+    policy: dict[str, Any], scheduler_name: str | None = None
+) -> tuple[TrainJobInfo, dict[str, Any]]:
+    """Rank 0's pod of torch-distributed under ``podGroupPolicy``, its template naming a scheduler or not."""
+    shipped = runtime("torch-distributed")
+    shipped["spec"]["podGroupPolicy"] = policy
+    if scheduler_name:
+        pod = shipped["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod["spec"]["schedulerName"] = scheduler_name
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    gang = trainjob_gang(info.gang_policy, None)
+    assert gang is not None
+    plugins = [TrainJobGangPlugin(gang)]
+    return info, jobset.build_pod(info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=plugins)
+
+
+@pytest.mark.parametrize("scheduler_name", [None, "my-scheduler"])
+def test_a_coscheduled_trainjob_pod_gets_the_pod_group_label_and_keeps_the_runtimes_scheduler(
+    scheduler_name: str | None,
+) -> None:
+    info, pod = gang_pod({"coscheduling": {}}, scheduler_name)
+    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mnist"
+    assert pod["spec"].get("schedulerName") == scheduler_name, "upstream adds the label only"
+    assert not info.warnings
+
+
+def test_a_volcano_trainjob_pod_gets_the_group_annotation_only() -> None:
+    _, pod = gang_pod({"volcano": {}})
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mnist"
+    assert "volcano.sh/task-spec" not in pod["metadata"]["annotations"]
+    assert "schedulerName" not in pod["spec"]
+
+
+def test_the_volcano_pod_group_carries_the_runtimes_network_topology() -> None:
+    shipped = runtime("torch-distributed")
+    topology = {"mode": "hard", "highestTierAllowed": 2}
+    shipped["spec"]["podGroupPolicy"] = {"volcano": {"networkTopology": topology}}
+    info = build(trainjob({"trainer": {"numNodes": 2}}), shipped)
+    gang = trainjob_gang(info.gang_policy, None)
+    assert gang is not None
+    assert gang.pod_group(info)["spec"]["networkTopology"] == topology

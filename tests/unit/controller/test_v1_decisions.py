@@ -28,8 +28,9 @@ _uids = itertools.count()
 class Cluster:
     """One job and its pods, as the caches would hold them after each pass's writes."""
 
-    def __init__(self, manifest: Obj) -> None:
+    def __init__(self, manifest: Obj, setup: v1.Setup = SETUP) -> None:
         self.job = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "uid": "job-uid"}}
+        self.setup = setup
         self.pods: dict[str, Obj] = {}
         self.services: dict[str, Obj] = {}
         self.now = T0
@@ -39,7 +40,10 @@ class Cluster:
         """One pass, ``seconds`` after the last; its writes applied (new pods start Pending)."""
         self.now += dt.timedelta(seconds=seconds)
         d = v1.decide(
-            self.job, v1.Observed(list(self.pods.values()), list(self.services.values())), self.now, SETUP
+            self.job,
+            v1.Observed(list(self.pods.values()), list(self.services.values())),
+            self.now,
+            self.setup,
         )
         self.job = {**self.job, "status": d.status}
         for pod in [*d.delete_pods, *d.cleanup_pods]:
@@ -58,9 +62,10 @@ class Cluster:
     def set(self, pod: str, phase: str, *, code: int | None = None, restarts: int = 0) -> None:
         """What the kubelet reports for ``pod``: its phase, its container's exit code and restarts."""
         state: Obj = {"running": {}} if code is None else {"terminated": {"exitCode": code}}
+        container = self.setup.framework.api.default_container
         self.pods[pod]["status"] = {
             "phase": phase,
-            "containerStatuses": [{"name": "pytorch", "restartCount": restarts, "state": state}],
+            "containerStatuses": [{"name": container, "restartCount": restarts, "state": state}],
         }
 
     def conditions(self) -> list[tuple[str, str, str]]:
@@ -70,9 +75,9 @@ class Cluster:
         return next(c for c in self.job["status"]["conditions"] if c["type"] == ctype)
 
 
-def running(manifest: Obj) -> Cluster:
+def running(manifest: Obj, setup: v1.Setup = SETUP) -> Cluster:
     """A job whose pods were created and all run."""
-    cluster = Cluster(manifest)
+    cluster = Cluster(manifest, setup)
     cluster.step()
     for name in cluster.pods:
         cluster.set(name, "Running")
@@ -218,13 +223,86 @@ def test_in_place_container_restarts_count_against_the_backoff_limit() -> None:
     cluster = running(pytorchjob("crashloop", master=False, workers=1, run_policy={"backoffLimit": 2}))
     cluster.set("crashloop-worker-0", "Running", restarts=1)
     d = cluster.step()
-    assert "PyTorchJobRestarting" in events(d) and d.status["restartCount"] == 1
+    assert d.status["restartCount"] == 1 and ("restarted", 1) in d.counters
     assert "Failed" not in [c[0] for c in cluster.conditions()], "one restart is within the limit"
     cluster.step()
     assert cluster.job["status"]["restartCount"] == 1, "the same restart is counted once"
     cluster.set("crashloop-worker-0", "Running", restarts=3)
     cluster.step()
     assert cluster.condition("Failed")["reason"] == "BackoffLimitExceeded"
+
+
+@pytest.mark.parametrize("limit", [0, 1, 3])
+def test_backoff_limit_n_lets_n_restarts_run_and_fails_on_the_next_failure(limit: int) -> None:
+    # One more than upstream, which fails the job as its last allowed restart begins (restarts >= limit);
+    # docs/job-lifecycle.md says why: the limit means what Kubernetes' Job backoffLimit means.
+    cluster = running(pytorchjob("bounded", master=False, workers=1, run_policy={"backoffLimit": limit}))
+    for restarts in range(1, limit + 1):
+        cluster.set("bounded-worker-0", "Running", restarts=restarts)
+        cluster.step()
+        assert "Failed" not in [c[0] for c in cluster.conditions()], f"restart {restarts} of {limit} allowed"
+    cluster.set("bounded-worker-0", "Running", restarts=limit + 1)
+    cluster.step()
+    assert cluster.condition("Failed")["reason"] == "BackoffLimitExceeded"
+    assert f"{limit + 1} restarts, backoffLimit {limit}" in cluster.condition("Failed")["message"]
+
+
+def test_a_crash_looping_on_failure_pod_keeps_the_job_running_as_upstream_does() -> None:
+    # The kubeflow-training SDK's is_job_running() reads the latest condition: it must not flicker.
+    cluster = running(pytorchjob("crashloop", master=False, workers=1))
+    for restarts in range(1, 5):
+        cluster.set("crashloop-worker-0", "Running", restarts=restarts)
+        d = cluster.step()
+        assert cluster.conditions()[-1] == ("Running", "True", "PyTorchJobRunning"), restarts
+        assert "Restarting" not in [c[0] for c in cluster.conditions()]
+        assert "PyTorchJobRestarting" not in events(d)
+    assert cluster.job["status"]["restartCount"] == 4, "every restart still counts"
+
+
+# -- TFJob: replica keys in any case, dynamic workers ------------------------------------------------------
+TF = v1.Setup(frameworks.by_name("TFJob"))
+
+
+def tfjob(name: str, specs: dict[str, int], **spec: Any) -> Obj:
+    def replica(count: int) -> Obj:
+        container = {"name": "tensorflow", "image": "example.com/tf:1"}
+        return {
+            "replicas": count,
+            "restartPolicy": "Never",
+            "template": {"spec": {"containers": [container]}},
+        }
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {"tfReplicaSpecs": {k: replica(n) for k, n in specs.items()}, **spec},
+    }
+
+
+def test_lower_case_tfjob_replica_keys_run_as_the_canonical_types() -> None:
+    cluster = Cluster(tfjob("dist", {"ps": 1, "worker": 2}), TF)
+    d = cluster.step()
+    assert sorted(cluster.pods) == ["dist-ps-0", "dist-worker-0", "dist-worker-1"]
+    assert sorted(d.status["replicaStatuses"]) == ["PS", "Worker"], "upstream's defaulting renames the keys"
+    env = {e["name"]: e["value"] for e in cluster.pods["dist-worker-1"]["spec"]["containers"][0]["env"]}
+    assert '"task":{"type":"worker","index":1}' in env["TF_CONFIG"]
+
+
+def test_a_failed_dynamic_worker_leaves_the_tfjob_running_as_upstream_does() -> None:
+    dynamic = running(tfjob("dyn", {"Chief": 1, "Worker": 2}, enableDynamicWorker=True), TF)
+    dynamic.set("dyn-worker-1", "Failed", code=1)
+    d = dynamic.step()
+    assert d.finish is None and dynamic.conditions()[-1] == ("Running", "True", "TFJobRunning")
+    assert "dyn-worker-1" not in [p["metadata"]["name"] for p in d.create_pods], "Never: not recreated"
+    fixed = running(tfjob("fixed", {"Chief": 1, "Worker": 2}), TF)
+    fixed.set("fixed-worker-1", "Failed", code=1)
+    fixed.step()
+    assert fixed.conditions()[-1][0] == "Failed", "without enableDynamicWorker a failed Worker fails the job"
+    chief = running(tfjob("chief", {"Chief": 1, "Worker": 2}, enableDynamicWorker=True), TF)
+    chief.set("chief-chief-0", "Failed", code=1)
+    chief.step()
+    assert chief.conditions()[-1][0] == "Failed", "only Workers are dynamic"
 
 
 # -- suspend and resume ------------------------------------------------------------------------------
