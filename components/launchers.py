@@ -68,12 +68,9 @@ def pytorchjob_launcher(
 ) -> NamedTuple("Outputs", [("state", str), ("job_name", str), ("last_checkpoint", str)]):
     """Run a PyTorchJob (a Master and ``num_workers`` Workers) and wait for it."""
     inputs = dict(locals())
-    from collections import namedtuple
-
     from kubetrain.components.launch import run_component
 
-    outputs = namedtuple("Outputs", ["state", "job_name", "last_checkpoint"])
-    return outputs(*run_component("PyTorchJob", inputs))
+    return run_component("PyTorchJob", inputs)  # KFP reads a plain tuple in the order of the Outputs
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False, task_config_passthroughs=_TASK_CONFIG)
@@ -105,12 +102,9 @@ def trainjob_launcher(
 ) -> NamedTuple("Outputs", [("state", str), ("job_name", str), ("last_checkpoint", str)]):
     """Run a TrainJob on a (Cluster)TrainingRuntime and wait for it."""
     inputs = dict(locals())
-    from collections import namedtuple
-
     from kubetrain.components.launch import run_component
 
-    outputs = namedtuple("Outputs", ["state", "job_name", "last_checkpoint"])
-    return outputs(*run_component("TrainJob", inputs))
+    return run_component("TrainJob", inputs)  # KFP reads a plain tuple in the order of the Outputs
 
 
 class _KnowsItsRun(PythonComponent):

@@ -7,6 +7,7 @@ process-node placement and the repository working directory are then left out).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,16 @@ REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = os.environ.get("KUBETRAIN_NAMESPACE", "default")
 IMAGE = os.environ.get("KUBETRAIN_IMAGE", "kubetrain/kubetrain:0.1.0")
 TRAIN = ["python", "examples/train_ddp.py"]
+
+
+def example_dag() -> dict[str, Any]:
+    """``@dag`` arguments every example shares: run by hand (or by the tests), never scheduled."""
+    return {
+        "schedule": None,
+        "start_date": dt.datetime(2026, 1, 1),
+        "catchup": False,
+        "tags": ["kubetrain", "example"],
+    }
 
 
 def placement() -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from _local import IMAGE, NAMESPACE, TRAIN, placement
+from _local import IMAGE, NAMESPACE, TRAIN, example_dag, placement
 
 try:
     from airflow.sdk import dag
@@ -14,7 +14,7 @@ except ImportError:  # Airflow 2
 from kubetrain.operators import PyTorchJobOperator
 
 
-@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+@dag(**example_dag())
 def deferrable_training() -> None:
     PyTorchJobOperator(
         task_id="train",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from _local import IMAGE, NAMESPACE, placement
+from _local import IMAGE, NAMESPACE, example_dag, placement
 
 try:
     from airflow.sdk import dag, task
@@ -17,7 +16,7 @@ from kubetrain.operators import PyTorchJobOperator
 LEARNING_RATES = [0.01, 0.05, 0.2]
 
 
-@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+@dag(**example_dag())
 def hyperparameter_sweep() -> None:
     trained = PyTorchJobOperator.partial(
         task_id="train",

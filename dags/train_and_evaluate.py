@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from _local import IMAGE, NAMESPACE, TRAIN, placement
+from _local import IMAGE, NAMESPACE, TRAIN, example_dag, placement
 
 try:
     from airflow.sdk import dag, task
@@ -15,7 +14,7 @@ except ImportError:  # Airflow 2
 from kubetrain.operators import PyTorchJobOperator, PyTorchJobSensor
 
 
-@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+@dag(**example_dag())
 def train_and_evaluate() -> None:
     train = PyTorchJobOperator(
         task_id="train",

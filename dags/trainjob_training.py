@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from _local import IMAGE, NAMESPACE, placement
+from _local import IMAGE, NAMESPACE, example_dag, placement
 
 try:
     from airflow.sdk import dag
@@ -23,7 +23,7 @@ from kubetrain.operators import TrainJobOperator
 RUNTIME = os.environ.get("KUBETRAIN_TRAINJOB_RUNTIME", "torch-distributed-local")
 
 
-@dag(schedule=None, start_date=dt.datetime(2026, 1, 1), catchup=False, tags=["kubetrain", "example"])
+@dag(**example_dag())
 def trainjob_training() -> None:
     TrainJobOperator(
         task_id="train",

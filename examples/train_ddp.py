@@ -165,6 +165,66 @@ def load(ckpt: CheckpointManager, step: int, net: nn.Module, optimizer: torch.op
     ckpt.last_step = step
 
 
+def checkpoints(directory: str | None, keep: int) -> CheckpointManager | None:
+    """The checkpoints in ``directory`` (None without one), with a report written however the process exits."""
+    if not directory:
+        return None
+    ckpt = CheckpointManager(directory, keep=keep)
+    ckpt.install_report_on_exit()
+    return ckpt
+
+
+def restore(
+    ckpt: CheckpointManager | None,
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> int:
+    """Load the checkpoint every rank resumes from, if any; the step training goes on after."""
+    start = resume_step(ckpt, rank, world, device)
+    if start and ckpt is not None:
+        load(ckpt, start, net, optimizer)
+        log(
+            rank,
+            "resumed from checkpoint",
+            step=start,
+            path=ckpt.resumed_from.path if ckpt.resumed_from else "-",
+        )
+    else:
+        log(rank, "starting from scratch", world_size=world, device=device)
+    return start
+
+
+def save(
+    ckpt: CheckpointManager,
+    state: dict[str, Any],
+    step: int,
+    *,
+    loss: float,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> None:
+    """Save ``state`` as the checkpoint of ``step`` (rank 0 writes; every rank stops if it is fenced off)."""
+    saved = unless_fenced(
+        rank, world, device, partial(ckpt.save, state, step, metrics={"loss": round(loss, 5)})
+    )
+    if saved is not None:
+        log(rank, "checkpoint saved", step=step, path=saved.path)
+
+
+def finish(ckpt: CheckpointManager | None, world: int, metrics: dict[str, float]) -> None:
+    """Report the final metrics, then leave the process group together."""
+    if ckpt is not None:
+        ckpt.write_report(metrics=metrics)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
     with torch.no_grad():
         predictions = net(x.to(device)).argmax(dim=1).cpu()
@@ -175,9 +235,7 @@ def main() -> int:
     args = parse_args()
     rank, world, device = setup()
     directory = os.environ.get("KUBETRAIN_CHECKPOINT_DIR")
-    ckpt = CheckpointManager(directory, keep=args.keep) if directory else None
-    if ckpt is not None:
-        ckpt.install_report_on_exit()
+    ckpt = checkpoints(directory, args.keep)
     x_train, y_train, x_test, y_test = data(rank, world)
     net = model().to(device)
     if world > 1:
@@ -185,18 +243,7 @@ def main() -> int:
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    start = resume_step(ckpt, rank, world, device)
-    if start and ckpt is not None:
-        load(ckpt, start, net.module if world > 1 else net, optimizer)
-        log(
-            rank,
-            "resumed from checkpoint",
-            step=start,
-            path=ckpt.resumed_from.path if ckpt.resumed_from else "-",
-        )
-    else:
-        log(rank, "starting from scratch", world_size=world, device=device)
-
+    start = restore(ckpt, net.module if world > 1 else net, optimizer, rank=rank, world=world, device=device)
     attempt = int(os.environ.get("KUBETRAIN_ATTEMPT", "1") or 1)
     metrics_file = Path(directory) / "metrics.jsonl" if directory and rank == 0 else None
     if metrics_file is not None:
@@ -225,18 +272,11 @@ def main() -> int:
         if ckpt is not None and (step % args.checkpoint_every == 0 or step == args.steps):
             inner = net.module if world > 1 else net
             state = {"model": inner.state_dict(), "optimizer": optimizer.state_dict()}
-            metrics = {"loss": round(loss_value, 5)}
-            saved = unless_fenced(rank, world, device, partial(ckpt.save, state, step, metrics=metrics))
-            if saved is not None:
-                log(rank, "checkpoint saved", step=step, path=saved.path)
+            save(ckpt, state, step, loss=loss_value, rank=rank, world=world, device=device)
 
     accuracy = evaluate(net.module if world > 1 else net, x_test, y_test, device)
     log(rank, "done", step=args.steps, accuracy=f"{accuracy:.4f}", loss=f"{loss_value:.4f}")
-    if ckpt is not None:
-        ckpt.write_report(metrics={"accuracy": round(accuracy, 4), "loss": round(loss_value, 5)})
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
+    finish(ckpt, world, metrics={"accuracy": round(accuracy, 4), "loss": round(loss_value, 5)})
     return 0
 
 

@@ -138,6 +138,11 @@ def connect_to_job(
         yield client, ns, resolve(client, ref, ns)
 
 
+def named(job: Obj) -> str:
+    """``KIND NAMESPACE/NAME``, as messages name a job."""
+    return f"{job['kind']} {job['metadata']['namespace']}/{job['metadata']['name']}"
+
+
 def check_output(output: str) -> None:
     if output not in OUTPUTS:
         fail(f"--output must be one of {', '.join(OUTPUTS)} (got {output!r})", EXIT_USAGE)
@@ -277,16 +282,13 @@ def submit(
     if not jobs:
         fail(f"{file} holds no training job (kinds: {', '.join(kinds.KINDS)})", EXIT_USAGE)
     ns = default_namespace(kubeconfig, context, namespace)
-
-    def where(document: Obj) -> str:
-        """--namespace, else the document's own, else the context's."""
-        return namespace or document.get("metadata", {}).get("namespace") or ns
-
     with connect(kubeconfig, context) as client:
         for other in (d for d in documents if d["kind"] not in kinds.KINDS):
-            outcome = client.create_supporting(other, namespace=where(other), dry_run=dry_run)
+            outcome = client.create_supporting(
+                other, namespace=_namespace_of(other, namespace, ns), dry_run=dry_run
+            )
             errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
-        created = [client.create(d, namespace=where(d), dry_run=dry_run) for d in jobs]
+        created = [client.create(d, namespace=_namespace_of(d, namespace, ns), dry_run=dry_run) for d in jobs]
         emit(created, output, lambda: jobs_table(created, namespaces=False))
         if wait and not dry_run:
             finals = [wait_with_progress(client, job, timeout) for job in created]
@@ -380,7 +382,7 @@ def delete(
     """Delete a job and its pods."""
     with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
         client.delete(found["kind"], found["metadata"]["name"], ns)
-        console.print(f"deleted {found['kind']} {ns}/{found['metadata']['name']}")
+        console.print(f"deleted {named(found)}")
 
 
 def suspend(
@@ -392,12 +394,9 @@ def suspend(
     """Suspend a running job: its pods are deleted, checkpoints stay."""
     with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
         if kinds.is_finished(found):
-            fail(
-                f"{found['kind']} {ns}/{found['metadata']['name']} already finished ({kinds.state(found)})",
-                EXIT_USAGE,
-            )
+            fail(f"{named(found)} already finished ({kinds.state(found)})", EXIT_USAGE)
         client.set_suspended(found["kind"], found["metadata"]["name"], ns, True)
-        console.print(f"suspended {found['kind']} {ns}/{found['metadata']['name']}")
+        console.print(f"suspended {named(found)}")
 
 
 def resume(
@@ -414,7 +413,7 @@ def resume(
 ) -> None:
     """Resume a suspended job, or resubmit a failed one as its lineage's next attempt (same
     checkpoint dir), once the failed attempt's pods are gone."""
-    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
         try:
             prepared = client.prepare_attempt(
                 lineage.resume_request(found),
@@ -425,29 +424,39 @@ def resume(
         except LineageError as exc:
             fail(str(exc), EXIT_TIMEOUT if exc.action == "wait" else EXIT_USAGE)
         resumed, decision = prepared.job, prepared.decision
-        where = f"{resumed['kind']} {ns}/{resumed['metadata']['name']}"
         if decision.action is lineage.Action.RESUME:
-            console.print(f"resumed {where}")
+            console.print(f"resumed {named(resumed)}")
         else:
             console.print(
-                f"submitted {where} (attempt {decision.number}), resuming from "
+                f"submitted {named(resumed)} (attempt {decision.number}), resuming from "
                 f"{decision.last_checkpoint or 'the latest checkpoint'}"
             )
         if wait:
             finish(client, wait_with_progress(client, resumed, timeout))
 
 
+COMMANDS: list[tuple[str, Callable[..., None]]] = [
+    ("submit", submit),
+    ("list", list_jobs),
+    ("get", get),
+    ("describe", describe),
+    ("logs", logs),
+    ("wait", wait),
+    ("delete", delete),
+    ("suspend", suspend),
+    ("resume", resume),
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add the job commands to ``app``."""
-    app.command()(submit)
-    app.command("list")(list_jobs)
-    app.command()(get)
-    app.command()(describe)
-    app.command()(logs)
-    app.command()(wait)
-    app.command()(delete)
-    app.command()(suspend)
-    app.command()(resume)
+    for name, command in COMMANDS:
+        app.command(name)(command)
+
+
+def _namespace_of(document: Obj, given: str | None, context_namespace: str) -> str:
+    """Where ``submit`` creates a document: ``--namespace``, else the document's own, else the context's."""
+    return given or document.get("metadata", {}).get("namespace") or context_namespace
 
 
 def _read(file: Path) -> str:

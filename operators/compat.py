@@ -6,7 +6,7 @@ and runs on older versions with label-search reattach instead.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import airflow
 
@@ -14,7 +14,8 @@ _VERSION = tuple(int(part) for part in airflow.__version__.split(".")[:2] if par
 AIRFLOW_V_3_0_PLUS = _VERSION >= (3, 0)
 AIRFLOW_V_3_3_PLUS = _VERSION >= (3, 3)
 
-if AIRFLOW_V_3_0_PLUS:
+# mypy checks the provider against Airflow 3's names (the Airflow 2 branch is for the runtime only).
+if TYPE_CHECKING or AIRFLOW_V_3_0_PLUS:
     from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator, conf
     from airflow.sdk.bases.sensor import PokeReturnValue
     from airflow.sdk.exceptions import AirflowException

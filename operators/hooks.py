@@ -61,11 +61,11 @@ class KubetrainHook(KubernetesHook):
     hook_name = "Kubernetes Cluster Connection (kubetrain)"
 
     def cluster_connection(self) -> ClusterConnection:
-        in_cluster = self._coalesce_param(self.in_cluster, self._get_field("in_cluster"))
-        path = self._coalesce_param(self.config_file, self._get_field("kube_config_path"))
-        inline = self._get_field("kube_config")
-        context = self._coalesce_param(self.cluster_context, self._get_field("cluster_context"))
-        namespace = self._get_field("namespace")
+        in_cluster = self._setting("in_cluster", self.in_cluster)
+        path = self._setting("kube_config_path", self.config_file)
+        inline = self._setting("kube_config")
+        context = self._setting("cluster_context", self.cluster_context)
+        namespace = self._setting("namespace")
         if sum(1 for option in (in_cluster, path, inline, self.config_dict) if option) > 1:
             raise ValueError(
                 f"connection {self.conn_id!r}: set only one of in_cluster, kube_config_path and kube_config"
@@ -76,3 +76,7 @@ class KubetrainHook(KubernetesHook):
             data = self.config_dict or (yaml.safe_load(inline) if isinstance(inline, str) else inline)
             return ClusterConnection(config_dict=data, context=context, namespace=namespace)
         return ClusterConnection(config_file=path, context=context, namespace=namespace)
+
+    def _setting(self, field: str, given: Any = None) -> Any:
+        """``given`` (the hook's own argument) unless None, else the connection's ``field``."""
+        return self._coalesce_param(given, self._get_field(field))  # type: ignore[no-untyped-call]

@@ -10,7 +10,7 @@ from kubetrain.operators.compat import BaseOperatorLink, conf
 XCOM_JOB = "kubetrain_job"
 
 
-class TrainingJobLink(BaseOperatorLink):  # type: ignore[misc]
+class TrainingJobLink(BaseOperatorLink):
     """Links to the job, from ``job_url_template`` (operator) or ``[kubetrain] job_url_template`` (config).
 
     The template may use ``{kind}``, ``{plural}``, ``{group}``, ``{version}``, ``{namespace}`` and ``{name}``,
@@ -43,6 +43,6 @@ def _job_ref(ti_key: Any) -> dict[str, str] | None:
     try:
         from airflow.sdk.execution_time.xcom import XCom
     except ImportError:  # Airflow 2
-        from airflow.models import XCom  # type: ignore[no-redef]
+        from airflow.models import XCom
     value = XCom.get_value(ti_key=ti_key, key=XCOM_JOB)
     return value if isinstance(value, dict) else None

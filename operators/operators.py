@@ -30,7 +30,7 @@ import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
 from kubetrain.controller.trainer import build as trainjob_runtime
+from kubetrain.controller.trainer.state import BuildError
 from kubetrain.kube.resources import PVCS
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
@@ -337,6 +338,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     operator_extra_links = (TrainingJobLink(),)
     external_id_key = "kubetrain_job"
     default_kind = "PyTorchJob"
+    only_default_kind = False  # True: the operator runs its default kind only (a manifest's must match)
 
     def __init__(
         self,
@@ -378,11 +380,15 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         job_url_template: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if self.only_default_kind and kind not in (None, self.default_kind):
+            raise ValueError(
+                f"{type(self).__name__} runs {self.default_kind}s; use TrainingJobOperator for other kinds"
+            )
         if ResumableJobMixin is None:
             kwargs.pop("durable", None)
         super().__init__(**kwargs)
         self.kind = kinds.kind_of(kind or self.default_kind).kind
-        self._kind_given = kind is not None
+        self._kind_given = kind is not None or self.only_default_kind
         self.job = job
         self.name = name
         self.namespace = namespace
@@ -676,14 +682,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     def _wait_in_worker(self, ref: dict[str, str]) -> Obj:
         """Wait with a status line every ``status_interval`` seconds and rank 0's log in the task log."""
         client = self._client
-        stop = threading.Event()
-        follower = None
-        if self.get_logs:
-            current = client.require(ref["kind"], ref["name"], ref["namespace"])
-            follower = threading.Thread(target=self._stream_logs, args=(current, stop), daemon=True)
-            follower.start()
         latest: Obj | None = None
-        try:
+        with self._logs_streamed(ref):
             while True:
                 for job in client.watch(
                     ref["kind"], ref["name"], ref["namespace"], timeout=self.status_interval
@@ -693,25 +693,41 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                         break
                 if latest is None:
                     raise AirflowException(f"{ref['kind']} {ref['namespace']}/{ref['name']} disappeared")
-                self.log.info("%s", status_line(latest))
-                if kinds.state(latest) == "Pending":
-                    for reason in client.pending_reasons(latest):
-                        self.log.warning("pod not scheduled: %s", reason)
+                self._log_status(latest)
                 if self._killed:
                     raise AirflowException(
                         f"the task was killed; the job was handled per on_kill_action ({self.on_kill_action})"
                     )
                 if kinds.is_finished(latest):
                     break
-        finally:
-            stop.set()
-            if follower is not None:
-                follower.join(5)
         try:
             return client.check(latest)
         except JobFailedError as exc:
             self._finish(latest)
             raise AirflowException(str(exc)) from None
+
+    def _log_status(self, job: Obj) -> None:
+        """The job's status line, and why its pending pods are not scheduled."""
+        self.log.info("%s", status_line(job))
+        if kinds.state(job) == "Pending":
+            for reason in self._client.pending_reasons(job):
+                self.log.warning("pod not scheduled: %s", reason)
+
+    @contextlib.contextmanager
+    def _logs_streamed(self, ref: dict[str, str]) -> Iterator[None]:
+        """With ``get_logs``: rank 0's log goes to the task log, from a thread, while inside."""
+        if not self.get_logs:
+            yield
+            return
+        job = self._client.require(ref["kind"], ref["name"], ref["namespace"])
+        stop = threading.Event()
+        follower = threading.Thread(target=self._stream_logs, args=(job, stop), daemon=True)
+        follower.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            follower.join(5)
 
     def _stream_logs(self, job: Obj, stop: threading.Event) -> None:
         try:
@@ -805,7 +821,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         )
         try:
             found = output_deleted_with_job(output_paths(job), trainer_claim_mounts(job, runtime))
-        except trainjob_runtime.BuildError:
+        except BuildError:
             return None  # the controller fails such a job, naming the problem
         if found is None:
             return None
@@ -911,24 +927,14 @@ class PyTorchJobOperator(TrainingJobOperator):
     """Run a PyTorchJob (a Master and ``num_workers`` Workers) and wait for it; see ``TrainingJobOperator``."""
 
     default_kind = "PyTorchJob"
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("kind", "PyTorchJob")
-        if kwargs["kind"] != "PyTorchJob":
-            raise ValueError("PyTorchJobOperator runs PyTorchJobs; use TrainingJobOperator for other kinds")
-        super().__init__(**kwargs)
+    only_default_kind = True
 
 
 class TrainJobOperator(TrainingJobOperator):
     """Run a TrainJob on a (Cluster)TrainingRuntime and wait for it; see ``TrainingJobOperator``."""
 
     default_kind = "TrainJob"
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("kind", "TrainJob")
-        if kwargs["kind"] != "TrainJob":
-            raise ValueError("TrainJobOperator runs TrainJobs; use TrainingJobOperator for other kinds")
-        super().__init__(**kwargs)
+    only_default_kind = True
 
 
 def _ref(job: Obj) -> dict[str, str]:

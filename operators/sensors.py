@@ -12,7 +12,7 @@ from kubetrain.operators.hooks import KubetrainHook
 from kubetrain.operators.triggers import JobTrigger, status_line
 
 
-class TrainingJobSensor(BaseSensorOperator):  # type: ignore[misc]
+class TrainingJobSensor(BaseSensorOperator):
     """Wait until a training job finishes: done when it succeeded, failing the task when it failed.
 
     :param name: the job's name (templated; e.g. ``{{ ti.xcom_pull('train')['name'] }}``).
@@ -82,12 +82,10 @@ class TrainingJobSensor(BaseSensorOperator):  # type: ignore[misc]
                 on_kill_action="keep",
             ),
             method_name="execute_complete",
-            # Airflow 2 takes only a timedelta here (Airflow 3 also a number of seconds).
-            timeout=dt.timedelta(seconds=self.timeout)
-            if isinstance(self.timeout, int | float) and self.timeout
-            else None,
+            # Airflow 2 takes only a timedelta here (Airflow 3 also a number of seconds); both keep
+            # the sensor's timeout as seconds.
+            timeout=dt.timedelta(seconds=self.timeout) if self.timeout else None,
         )
-        return None
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         if event.get("status") == "success":

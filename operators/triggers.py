@@ -292,12 +292,8 @@ class SharedJobWatch:
                 ) as events:
                     async for event in events:
                         failures = gone = 0
-                        obj = event["object"]
-                        version = obj.get("metadata", {}).get("resourceVersion", version)
-                        if event["type"] == "DELETED":
-                            self._forget(obj["metadata"]["name"])
-                        elif event["type"] in ("ADDED", "MODIFIED"):
-                            self._store(obj)
+                        version = event["object"].get("metadata", {}).get("resourceVersion", version)
+                        self._apply(event)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -307,18 +303,30 @@ class SharedJobWatch:
                     if gone > 1:
                         await asyncio.sleep(retry_delay(gone - 1))
                     continue
-                if is_permanent(exc):
-                    self._fail(f"the API server refused to list or watch {what}: {api_message(exc)}")
-                    return
                 failures += 1
-                waited = time.monotonic() - started
-                if not self.synced.is_set() and waited + retry_delay(failures) > self.first_list_deadline:
-                    self._fail(
-                        f"could not list {what} within {self.first_list_deadline:.0f}s: {api_message(exc)}"
-                    )
+                reason = self._reason_to_stop(exc, what, failures, started)
+                if reason is not None:
+                    self._fail(reason)
                     return
                 log.warning("watch of %s failed (%s); trying again", what, api_message(exc))
                 await asyncio.sleep(retry_delay(failures))
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        obj = event["object"]
+        if event["type"] == "DELETED":
+            self._forget(obj["metadata"]["name"])
+        elif event["type"] in ("ADDED", "MODIFIED"):
+            self._store(obj)
+
+    def _reason_to_stop(self, exc: Exception, what: str, failures: int, started: float) -> str | None:
+        """Why the watch stops for good after its ``failures``-th failure, ``exc`` (None: it tries again):
+        the API server refuses for good, or the first list would end past its deadline."""
+        if is_permanent(exc):
+            return f"the API server refused to list or watch {what}: {api_message(exc)}"
+        waited = time.monotonic() - started
+        if not self.synced.is_set() and waited + retry_delay(failures) > self.first_list_deadline:
+            return f"could not list {what} within {self.first_list_deadline:.0f}s: {api_message(exc)}"
+        return None
 
     async def updates(self, name: str, *, interval: float) -> AsyncIterator[Obj | None]:
         """The job each time it changes, and at least every ``interval`` seconds (None once it is gone).
@@ -339,7 +347,7 @@ status_line = kinds.status_line  # one line for a task log: what the job is doin
 
 
 # -- the trigger ----------------------------------------------------------------------------------------
-class JobTrigger(BaseTrigger):  # type: ignore[misc]
+class JobTrigger(BaseTrigger):
     """Wait for a training job to finish, over a watch shared by every trigger of that namespace.
 
     The cluster is named by ``kubernetes_conn_id`` (read in the triggerer), else by ``config_file`` /
@@ -365,7 +373,7 @@ class JobTrigger(BaseTrigger):  # type: ignore[misc]
         get_logs: bool = True,
         connection: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow 2 and 3 leave it untyped
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -432,7 +440,7 @@ class JobTrigger(BaseTrigger):  # type: ignore[misc]
             event = self._event("error", message=f"{type(exc).__name__}: {exc}")
         finally:
             await shared.release()
-        yield TriggerEvent(event)
+        yield TriggerEvent(event)  # type: ignore[no-untyped-call]  # untyped in Airflow
 
     async def _wait(self, shared: SharedJobWatch) -> Obj:
         last_line = ""

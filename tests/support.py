@@ -173,15 +173,11 @@ class Jobs:
     async def wait_trainjob_pods(
         self, name: str, count: int, *, phase: str | None = None, timeout: float = 30
     ) -> list[client.V1Pod]:
-        async def probe() -> list[client.V1Pod] | None:
-            pods = await self.trainjob_pods(name)
-            if phase is not None:
-                pods = [p for p in pods if p.status.phase == phase]
-            return pods if len(pods) == count else None
+        return await _count_of(lambda: self.trainjob_pods(name), count, phase, timeout, f"TrainJob {name}")
 
-        return await eventually(
-            probe, timeout=timeout, what=f"{count} pods of TrainJob {name}" + (f" {phase}" if phase else "")
-        )
+    async def live_pods(self, job: str) -> list[client.V1Pod]:
+        """The job's pods that are not being deleted."""
+        return [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
 
     async def services(self, job: str | None = None) -> list[client.V1Service]:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
@@ -191,15 +187,7 @@ class Jobs:
     async def wait_pods(
         self, job: str, count: int, *, phase: str | None = None, timeout: float = 30
     ) -> list[Any]:
-        async def probe() -> list[Any] | None:
-            pods = [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
-            if phase is not None:
-                pods = [p for p in pods if p.status.phase == phase]
-            return pods if len(pods) == count else None
-
-        return await eventually(
-            probe, timeout=timeout, what=f"{count} pods of {job}" + (f" {phase}" if phase else "")
-        )
+        return await _count_of(lambda: self.live_pods(job), count, phase, timeout, job)
 
     async def events(self, name: str) -> list[tuple[str, str, str]]:
         """(type, reason, message) of the Events about a job, oldest first."""
@@ -216,6 +204,24 @@ class Jobs:
             return next((e for e in await self.events(name) if e[1] == reason), None)
 
         return await eventually(probe, timeout=timeout, what=f"event {reason} on {name}")
+
+
+async def _count_of(
+    live_pods: Callable[[], Awaitable[list[client.V1Pod]]],
+    count: int,
+    phase: str | None,
+    timeout: float,
+    of: str,
+) -> list[client.V1Pod]:
+    """Once ``count`` of the live pods (in ``phase``, if given) are there: those pods."""
+
+    async def probe() -> list[client.V1Pod] | None:
+        pods = [p for p in await live_pods() if phase is None or p.status.phase == phase]
+        return pods if len(pods) == count else None
+
+    return await eventually(
+        probe, timeout=timeout, what=f"{count} pods of {of}" + (f" {phase}" if phase else "")
+    )
 
 
 def pytorchjob(
@@ -264,6 +270,12 @@ def pytorchjob(
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": job_spec,
     }
+
+
+def condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
+    """The job's condition of type ``ctype`` (it must have one)."""
+    found: dict[str, Any] = next(c for c in job["status"]["conditions"] if c["type"] == ctype)
+    return found
 
 
 HANG = {"sim.kubetrain.dev/outcome": "hang"}

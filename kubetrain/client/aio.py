@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import copy
 import json
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -30,6 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from kubetrain.api import v1, v2
 from kubetrain.api.base import ApiModel
+from kubetrain.api.kinds import JobKind
 from kubetrain.client import kinds, lineage
 from kubetrain.client.errors import (
     InvalidJobError,
@@ -279,12 +281,17 @@ class AsyncJobClient:
 
     async def set_suspended(self, kind: str, name: str, namespace: str, suspended: bool) -> Obj:
         """Suspend a job (its pods are deleted, it keeps its place) or let it run again."""
+        suspend = {"suspend": suspended}
+        patch = {"spec": {"runPolicy": suspend}} if kinds.kind_of(kind).is_v1 else {"spec": suspend}
+        return await self._merge_patch(kind, name, namespace, patch)
+
+    async def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
+        """Set annotations on a job (a merge patch of its metadata only)."""
+        return await self._merge_patch(kind, name, namespace, {"metadata": {"annotations": annotations}})
+
+    async def _merge_patch(self, kind: str, name: str, namespace: str, patch: Obj) -> Obj:
+        """Merge ``patch`` into the job; a job that is not there is a ``JobNotFoundError``."""
         spec = kinds.kind_of(kind)
-        patch = (
-            {"spec": {"runPolicy": {"suspend": suspended}}}
-            if spec.is_v1
-            else {"spec": {"suspend": suspended}}
-        )
         try:
             job: Obj = await retrying(
                 lambda: self.custom.patch_namespaced_custom_object(
@@ -294,27 +301,6 @@ class AsyncJobClient:
                     spec.plural,
                     name,
                     patch,
-                    _content_type="application/merge-patch+json",
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise JobNotFoundError(f"{kind} {namespace}/{name} not found") from None
-            raise
-        return job
-
-    async def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
-        """Set annotations on a job (a merge patch of its metadata only)."""
-        spec = kinds.kind_of(kind)
-        try:
-            job: Obj = await retrying(
-                lambda: self.custom.patch_namespaced_custom_object(
-                    spec.group,
-                    spec.version,
-                    namespace,
-                    spec.plural,
-                    name,
-                    {"metadata": {"annotations": annotations}},
                     _content_type="application/merge-patch+json",
                 )
             )
@@ -357,27 +343,17 @@ class AsyncJobClient:
     ) -> AsyncIterator[Obj]:
         """Yield the job each time it changes (first as it is now); survives dropped watches."""
         spec = kinds.kind_of(kind)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         selector = f"metadata.name={name}"
         version = ""
         last_seen = ""
         while True:
             if not version:
-                listed = await retrying(
-                    lambda: self.custom.list_namespaced_custom_object(
-                        spec.group, spec.version, namespace, spec.plural, field_selector=selector
-                    )
-                )
-                items = listed.get("items") or []
-                if not items:
-                    raise JobNotFoundError(f"{spec.kind} {namespace}/{name} not found")
-                version = listed["metadata"]["resourceVersion"]
-                current = items[0]
-                current.setdefault("kind", spec.kind)
+                version, current = await self._list_one(spec, name, namespace)
                 last_seen = current["metadata"]["resourceVersion"]
                 yield current
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
             stream = watch.Watch()
             try:
@@ -390,7 +366,7 @@ class AsyncJobClient:
                     field_selector=selector,
                     resource_version=version,
                     allow_watch_bookmarks=True,
-                    timeout_seconds=int(min(remaining or 300, 300)) or 1,
+                    timeout_seconds=int(min(remaining, 300)) or 1,
                 ) as events:
                     async for event in events:
                         obj = event["object"]
@@ -401,15 +377,27 @@ class AsyncJobClient:
                             last_seen = version
                             obj.setdefault("kind", spec.kind)
                             yield obj
-            except ApiException as exc:
-                if exc.status == 410:
+            except (ApiException, TimeoutError, aiohttp.ClientError) as exc:  # the watch broke
+                if isinstance(exc, ApiException) and exc.status == 410:
                     version = ""  # too old: list again
                     continue
-                if not _transient(exc):
+                if isinstance(exc, ApiException) and not _transient(exc):
                     raise
                 await asyncio.sleep(1)
-            except (TimeoutError, aiohttp.ClientError):
-                await asyncio.sleep(1)
+
+    async def _list_one(self, spec: JobKind, name: str, namespace: str) -> tuple[str, Obj]:
+        """The list's resourceVersion (to watch from) and the job as it is now."""
+        listed = await retrying(
+            lambda: self.custom.list_namespaced_custom_object(
+                spec.group, spec.version, namespace, spec.plural, field_selector=f"metadata.name={name}"
+            )
+        )
+        items = listed.get("items") or []
+        if not items:
+            raise JobNotFoundError(f"{spec.kind} {namespace}/{name} not found")
+        current: Obj = items[0]
+        current.setdefault("kind", spec.kind)
+        return listed["metadata"]["resourceVersion"], current
 
     async def wait(
         self,

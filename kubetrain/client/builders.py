@@ -281,6 +281,34 @@ def trainjob(
     _non_negative("num_nodes", num_nodes)
     if num_proc_per_node is not None:
         _require(num_proc_per_node >= 1, f"num_proc_per_node must be at least 1 (got {num_proc_per_node})")
+    metadata = spec.metadata()
+    if spec.ttl_seconds_after_finished is not None:
+        metadata["annotations"][naming.ANNOTATION_TTL_AFTER_FINISHED] = str(spec.ttl_seconds_after_finished)
+    body: Obj = {
+        "apiVersion": registry.TRAINJOB.api_version,
+        "kind": registry.TRAINJOB.kind,
+        "metadata": metadata,
+        "spec": {
+            "runtimeRef": {"name": runtime, "kind": runtime_kind},
+            "trainer": _trainer(spec, num_nodes, num_proc_per_node),
+        },
+    }
+    if spec.active_deadline_seconds is not None:
+        body["spec"]["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    if spec.suspend:
+        body["spec"]["suspend"] = True
+    placement: Obj = {}
+    if spec.node_selector:
+        placement["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        placement["tolerations"] = [dict(t) for t in spec.tolerations]
+    if placement:
+        body["spec"]["runtimePatches"] = [_node_pod_patch(placement)]
+    return body
+
+
+def _trainer(spec: JobSpec, num_nodes: int | None, num_proc_per_node: int | None) -> Obj:
+    """A TrainJob's ``trainer``: the image, and what ``spec`` gives the ``node`` container."""
     container = spec.container(registry.TRAINJOB.default_container)
     trainer: Obj = {"image": spec.image}
     for key in ("command", "args", "env"):
@@ -292,40 +320,19 @@ def trainjob(
         trainer["numNodes"] = num_nodes
     if num_proc_per_node is not None:
         trainer["numProcPerNode"] = num_proc_per_node
-    metadata = spec.metadata()
-    if spec.ttl_seconds_after_finished is not None:
-        metadata["annotations"][naming.ANNOTATION_TTL_AFTER_FINISHED] = str(spec.ttl_seconds_after_finished)
-    body: Obj = {
-        "apiVersion": registry.TRAINJOB.api_version,
-        "kind": registry.TRAINJOB.kind,
-        "metadata": metadata,
-        "spec": {"runtimeRef": {"name": runtime, "kind": runtime_kind}, "trainer": trainer},
-    }
-    if spec.active_deadline_seconds is not None:
-        body["spec"]["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    if spec.suspend:
-        body["spec"]["suspend"] = True
-    patch_spec: Obj = {}
-    if spec.node_selector:
-        patch_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        patch_spec["tolerations"] = [dict(t) for t in spec.tolerations]
-    if patch_spec:
-        body["spec"]["runtimePatches"] = [
-            {
-                "manager": naming.RUNTIME_PATCH_MANAGER,
-                "trainingRuntimeSpec": {
-                    "template": {
-                        "spec": {
-                            "replicatedJobs": [
-                                {
-                                    "name": registry.TRAINJOB.default_container,
-                                    "template": {"spec": {"template": {"spec": patch_spec}}},
-                                }
-                            ]
-                        }
-                    }
-                },
+    return trainer
+
+
+def _node_pod_patch(pod_spec: Obj) -> Obj:
+    """A runtime patch (ours) that merges ``pod_spec`` into the pods of the replicated job ``node``."""
+    node = registry.TRAINJOB.default_container  # the trainer's replicated job and its container
+    return {
+        "manager": naming.RUNTIME_PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [{"name": node, "template": {"spec": {"template": {"spec": pod_spec}}}}]
+                }
             }
-        ]
-    return body
+        },
+    }

@@ -250,123 +250,160 @@ class Decision:
 
 def decide(request: Request, attempts: Sequence[Attempt]) -> Decision:
     """What the caller does next, given the attempts found for its identity (any lineage, any state)."""
-    ours = [a for a in attempts if a.identity == request.identity.text]
-    lineage_attempts = [a for a in ours if a.spec_hash == request.spec_hash]
-    others = [a for a in ours if a.spec_hash != request.spec_hash]
-    lineage = (
-        max(lineage_attempts, key=_order).lineage
-        if lineage_attempts
-        else lineage_name(request.base_lineage, request.spec_hash, others)
-    )
-    alive = [a for a in lineage_attempts if not a.deleting]
-    current = max(alive, key=_order) if alive else None
-    number = max((a.number for a in lineage_attempts), default=0) + 1
-    name = (
-        request.first_name
-        if number == 1 and request.first_name and lineage == request.base_lineage
-        else naming.attempt_name(lineage, number)
-    )
-    place = checkpoint_place(request.template)
-    neighbours = [a for a in others if place[0] and a.checkpoints == place]  # same dir, same volume
-    rival = next((a for a in neighbours if not (a.finished or a.deleting or a.suspended)), None)
-    pods = tuple(p for a in sorted([*lineage_attempts, *neighbours], key=_order) for p in a.live_pods)
-    checkpoint = next(
-        (a.last_checkpoint for a in sorted(lineage_attempts, key=_order, reverse=True) if a.last_checkpoint),
-        _annotations(request.template).get(naming.ANNOTATION_LAST_CHECKPOINT, ""),
-    )
+    run = _Run.of(request, attempts)
+    current = run.current
+    if current is None:
+        return run.start()
+    if current.suspended and not current.finished:
+        return run.resume(current)
+    if not current.finished:
+        return run.reattach(current)
+    if current.state == "Succeeded":
+        return run.succeeded(current)
+    return run.failed(current)
 
-    def refused_beside(rival: Attempt) -> Decision:
-        return Decision(
-            Action.ERROR,
-            f"{rival.describe()} of this run runs another spec and is {rival.state}, writing checkpoints to "
-            f"{place[0]}{f' on volume {place[1]}' if place[1] else ''}: nothing of this spec starts beside "
-            f"it; wait for it to end, or delete {kinds.kind_of(request.kind).kind} {request.namespace}/"
-            f"{rival.name}",
-            lineage,
+
+@dataclass(frozen=True)
+class _Run:
+    """What ``decide`` reads off the attempts found: the request's lineage, its current attempt and
+    the next one, and what stands in the way of starting one."""
+
+    request: Request
+    lineage: str
+    lineage_attempts: list[Attempt]  # of the request's spec
+    others: list[Attempt]  # of this identity, another spec
+    current: Attempt | None  # the newest attempt of the lineage not being deleted
+    number: int  # the next attempt's
+    name: str  # the next attempt's job name
+    place: tuple[str, str]  # where the lineage writes checkpoints: directory and volume
+    rival: Attempt | None  # another spec's attempt that runs, writing to the same place
+    pods: tuple[str, ...]  # live pods of earlier attempts that a new one waits for
+    checkpoint: str  # where a new attempt resumes from ("": the directory's latest)
+
+    @classmethod
+    def of(cls, request: Request, attempts: Sequence[Attempt]) -> _Run:
+        ours = [a for a in attempts if a.identity == request.identity.text]
+        lineage_attempts = [a for a in ours if a.spec_hash == request.spec_hash]
+        others = [a for a in ours if a.spec_hash != request.spec_hash]
+        lineage = (
+            max(lineage_attempts, key=_order).lineage
+            if lineage_attempts
+            else lineage_name(request.base_lineage, request.spec_hash, others)
+        )
+        alive = [a for a in lineage_attempts if not a.deleting]
+        number = max((a.number for a in lineage_attempts), default=0) + 1
+        name = (
+            request.first_name
+            if number == 1 and request.first_name and lineage == request.base_lineage
+            else naming.attempt_name(lineage, number)
+        )
+        place = checkpoint_place(request.template)
+        neighbours = [a for a in others if place[0] and a.checkpoints == place]  # same dir, same volume
+        newest_first = sorted(lineage_attempts, key=_order, reverse=True)
+        return cls(
+            request=request,
+            lineage=lineage,
+            lineage_attempts=lineage_attempts,
+            others=others,
+            current=max(alive, key=_order) if alive else None,
+            number=number,
+            name=name,
+            place=place,
+            rival=next((a for a in neighbours if not (a.finished or a.deleting or a.suspended)), None),
+            pods=tuple(p for a in sorted([*lineage_attempts, *neighbours], key=_order) for p in a.live_pods),
+            checkpoint=next(
+                (a.last_checkpoint for a in newest_first if a.last_checkpoint),
+                _annotations(request.template).get(naming.ANNOTATION_LAST_CHECKPOINT, ""),
+            ),
         )
 
-    def submit(action: Action, reason: str) -> Decision:
-        if rival is not None:
-            return refused_beside(rival)
-        if pods:
+    def _error(self, reason: str) -> Decision:
+        return Decision(Action.ERROR, reason, self.lineage)
+
+    def _with(self, action: Action, reason: str, attempt: Attempt) -> Decision:
+        """``action`` on an attempt there is: reattach to it or resume it."""
+        return Decision(action, reason, self.lineage, attempt.number, attempt.name, attempt)
+
+    def _where(self, attempt: Attempt) -> str:
+        return f"{kinds.kind_of(self.request.kind).kind} {self.request.namespace}/{attempt.name}"
+
+    def _refused_beside(self, rival: Attempt) -> Decision:
+        place, volume = self.place
+        return self._error(
+            f"{rival.describe()} of this run runs another spec and is {rival.state}, writing checkpoints to "
+            f"{place}{f' on volume {volume}' if volume else ''}: nothing of this spec starts beside "
+            f"it; wait for it to end, or delete {self._where(rival)}"
+        )
+
+    def _submit(self, action: Action, reason: str) -> Decision:
+        """``action`` with a new attempt, once nothing stands in its way."""
+        if self.rival is not None:
+            return self._refused_beside(self.rival)
+        if self.pods:
             return Decision(
                 Action.WAIT,
-                f"{reason}; first waiting for the pods of earlier attempts to end: {', '.join(pods)}",
-                lineage,
-                number,
-                name,
-                current,
-                checkpoint,
-                pods,
+                f"{reason}; first waiting for the pods of earlier attempts to end: {', '.join(self.pods)}",
+                self.lineage,
+                self.number,
+                self.name,
+                self.current,
+                self.checkpoint,
+                self.pods,
             )
-        return Decision(action, reason, lineage, number, name, current, checkpoint)
+        return Decision(action, reason, self.lineage, self.number, self.name, self.current, self.checkpoint)
 
-    if current is None:
-        if request.mode is Mode.RESUME:
-            return Decision(Action.ERROR, f"no attempt of lineage {lineage} is left to resume", lineage)
-        if lineage_attempts:
+    def start(self) -> Decision:
+        """No attempt of the lineage is left (or none was ever made)."""
+        if self.request.mode is Mode.RESUME:
+            return self._error(f"no attempt of lineage {self.lineage} is left to resume")
+        if self.lineage_attempts:
             reason = (
-                f"the earlier attempts ({', '.join(a.name for a in lineage_attempts)}) are being deleted: "
-                f"submitting attempt {number} ({name})"
+                f"the earlier attempts ({', '.join(a.name for a in self.lineage_attempts)}) are being deleted: "
+                f"submitting attempt {self.number} ({self.name})"
             )
-        elif others:
+        elif self.others:
             reason = (
-                f"the earlier attempts of this run ({', '.join(a.name for a in others)}) ran another spec: "
-                f"starting lineage {lineage} with {name}"
+                f"the earlier attempts of this run ({', '.join(a.name for a in self.others)}) ran another spec: "
+                f"starting lineage {self.lineage} with {self.name}"
             )
         else:
-            reason = f"no earlier attempt of this run: submitting {name}"
-        return submit(Action.START, reason)
-    where = f"{kinds.kind_of(request.kind).kind} {request.namespace}/{current.name}"
-    if current.suspended and not current.finished:
-        if rival is not None:
-            return refused_beside(rival)
-        return Decision(
-            Action.RESUME,
-            f"{current.describe()} is suspended: resuming it",
-            lineage,
-            current.number,
-            current.name,
-            current,
-        )
-    if not current.finished:
-        if request.mode is Mode.RESUME:
-            return Decision(
-                Action.ERROR, f"{where} is {current.state}: only Suspended or Failed jobs resume", lineage
+            reason = f"no earlier attempt of this run: submitting {self.name}"
+        return self._submit(Action.START, reason)
+
+    def resume(self, current: Attempt) -> Decision:
+        if self.rival is not None:
+            return self._refused_beside(self.rival)
+        return self._with(Action.RESUME, f"{current.describe()} is suspended: resuming it", current)
+
+    def reattach(self, current: Attempt) -> Decision:
+        if self.request.mode is Mode.RESUME:
+            return self._error(
+                f"{self._where(current)} is {current.state}: only Suspended or Failed jobs resume"
             )
-        return Decision(
-            Action.REATTACH,
-            f"{current.describe()} is {current.state}: reattaching to it",
-            lineage,
-            current.number,
-            current.name,
-            current,
+        return self._with(
+            Action.REATTACH, f"{current.describe()} is {current.state}: reattaching to it", current
         )
-    if current.state == "Succeeded":
-        if request.mode is Mode.RESUME:
-            return Decision(
-                Action.ERROR, f"{where} is Succeeded: only Suspended or Failed jobs resume", lineage
-            )
-        if request.rerun_succeeded and current.delivered:
-            return submit(
+
+    def succeeded(self, current: Attempt) -> Decision:
+        if self.request.mode is Mode.RESUME:
+            return self._error(f"{self._where(current)} is Succeeded: only Suspended or Failed jobs resume")
+        if self.request.rerun_succeeded and current.delivered:
+            return self._submit(
                 Action.RESUBMIT,
                 f"{current.describe()} succeeded and its result was returned before, so this run was "
-                f"cleared: training again as attempt {number} ({name})",
+                f"cleared: training again as attempt {self.number} ({self.name})",
             )
-        return Decision(
-            Action.REATTACH,
-            f"{current.describe()} already succeeded: returning its result",
-            lineage,
-            current.number,
-            current.name,
-            current,
+        return self._with(
+            Action.REATTACH, f"{current.describe()} already succeeded: returning its result", current
         )
-    reason, _ = kinds.failure(current.job) if current.job else ("Failed", "")
-    return submit(
-        Action.RESUBMIT,
-        f"{current.describe()} failed ({reason or 'Failed'}): submitting attempt {number} ({name}) with "
-        f"the same checkpoint dir, resuming from {checkpoint or 'the latest checkpoint there'}",
-    )
+
+    def failed(self, current: Attempt) -> Decision:
+        reason, _ = kinds.failure(current.job) if current.job else ("Failed", "")
+        return self._submit(
+            Action.RESUBMIT,
+            f"{current.describe()} failed ({reason or 'Failed'}): submitting attempt {self.number} ({self.name}) "
+            f"with the same checkpoint dir, resuming from {self.checkpoint or 'the latest checkpoint there'}",
+        )
 
 
 def lineage_name(base: str, spec: str, others: Iterable[Attempt]) -> str:

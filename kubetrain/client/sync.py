@@ -9,18 +9,40 @@ bridged item by item. Safe to use from a thread that already runs an event loop.
 from __future__ import annotations
 
 import asyncio
-import builtins
+import functools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from kubetrain.api.base import ApiModel
-from kubetrain.client import lineage
 from kubetrain.client.aio import AsyncJobClient
 
-Obj = dict[str, Any]
+P = ParamSpec("P")
 T = TypeVar("T")
 _END = object()
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncJobClient, P], Awaitable[T]],
+) -> Callable[Concatenate[JobClient, P], T]:
+    """The async client's ``method``, run on the client's loop until it returns."""
+
+    @functools.wraps(method)
+    def call(self: JobClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._async, *args, **kwargs))
+
+    return call
+
+
+def _bridged(
+    method: Callable[Concatenate[AsyncJobClient, P], AsyncIterator[T]],
+) -> Callable[Concatenate[JobClient, P], Iterator[T]]:
+    """The async client's generator ``method``, bridged item by item."""
+
+    @functools.wraps(method)
+    def call(self: JobClient, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self._async, *args, **kwargs))
+
+    return call
 
 
 class JobClient:
@@ -73,106 +95,26 @@ class JobClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, manifest: Obj | ApiModel, *, namespace: str | None = None, dry_run: bool = False) -> Obj:
-        return self._run(self._async.create(manifest, namespace=namespace, dry_run=dry_run))
-
-    def create_supporting(self, manifest: Obj, *, namespace: str, dry_run: bool = False) -> str:
-        return self._run(self._async.create_supporting(manifest, namespace=namespace, dry_run=dry_run))
-
-    def get(self, kind: str, name: str, namespace: str) -> Obj | None:
-        return self._run(self._async.get(kind, name, namespace))
-
-    def require(self, kind: str, name: str, namespace: str) -> Obj:
-        return self._run(self._async.require(kind, name, namespace))
-
-    def list(
-        self, *, kind: str | None = None, namespace: str | None = None, label_selector: str | None = None
-    ) -> builtins.list[Obj]:
-        return self._run(self._async.list(kind=kind, namespace=namespace, label_selector=label_selector))
-
-    def delete(self, kind: str, name: str, namespace: str, *, propagation: str = "Foreground") -> bool:
-        return self._run(self._async.delete(kind, name, namespace, propagation=propagation))
-
-    def set_suspended(self, kind: str, name: str, namespace: str, suspended: bool) -> Obj:
-        return self._run(self._async.set_suspended(kind, name, namespace, suspended))
-
-    def resubmit(
-        self,
-        job: Obj,
-        *,
-        name: str | None = None,
-        labels: dict[str, str] | None = None,
-        dry_run: bool = False,
-    ) -> Obj:
-        return self._run(self._async.resubmit(job, name=name, labels=labels, dry_run=dry_run))
-
-    def annotate(self, kind: str, name: str, namespace: str, annotations: dict[str, str]) -> Obj:
-        return self._run(self._async.annotate(kind, name, namespace, annotations))
-
-    def prepare_attempt(
-        self,
-        request: lineage.Request,
-        *,
-        log: Callable[[str], None] = print,
-        pod_wait: float = lineage.POD_WAIT_SECONDS,
-        include: Sequence[Obj] = (),
-    ) -> lineage.Prepared:
-        """Reattach to, resume, or submit the attempt of ``request``'s lineage that should run now
-        (``kubetrain.client.lineage``)."""
-        return self._run(self._async.prepare_attempt(request, log=log, pod_wait=pod_wait, include=include))
-
-    def watch(self, kind: str, name: str, namespace: str, *, timeout: float | None = None) -> Iterator[Obj]:
-        return self._iterate(self._async.watch(kind, name, namespace, timeout=timeout))
-
-    def wait(
-        self,
-        kind: str,
-        name: str,
-        namespace: str,
-        *,
-        timeout: float | None = None,
-        on_change: Callable[[Obj], None] | None = None,
-    ) -> Obj:
-        return self._run(self._async.wait(kind, name, namespace, timeout=timeout, on_change=on_change))
-
-    def check(self, job: Obj) -> Obj:
-        return self._run(self._async.check(job))
-
-    def logs(
-        self,
-        job: Obj,
-        *,
-        role: str | None = None,
-        index: int = 0,
-        container: str | None = None,
-        tail: int | None = None,
-        previous: bool = False,
-        quiet: bool = False,
-    ) -> str:
-        return self._run(
-            self._async.logs(
-                job, role=role, index=index, container=container, tail=tail, previous=previous, quiet=quiet
-            )
-        )
-
-    def follow_logs(
-        self, job: Obj, *, role: str | None = None, index: int = 0, container: str | None = None
-    ) -> Iterator[str]:
-        return self._iterate(self._async.follow_logs(job, role=role, index=index, container=container))
-
-    def pods(self, job: Obj) -> builtins.list[Any]:
-        return self._run(self._async.pods(job))
-
-    def disruption(self, namespace: str, pod: str) -> str | None:
-        return self._run(self._async.disruption(namespace, pod))
-
-    def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]:
-        return self._run(self._async.pods_matching(namespace, label_selector))
-
-    def pending_reasons(self, job: Obj) -> builtins.list[str]:
-        return self._run(self._async.pending_reasons(job))
-
-    def events(self, job: Obj) -> builtins.list[Any]:
-        return self._run(self._async.events(job))
+    # The verbs: each the async client's, with its signature and docstring.
+    create = _blocking(AsyncJobClient.create)
+    create_supporting = _blocking(AsyncJobClient.create_supporting)
+    get = _blocking(AsyncJobClient.get)
+    require = _blocking(AsyncJobClient.require)
+    list = _blocking(AsyncJobClient.list)
+    delete = _blocking(AsyncJobClient.delete)
+    set_suspended = _blocking(AsyncJobClient.set_suspended)
+    resubmit = _blocking(AsyncJobClient.resubmit)
+    annotate = _blocking(AsyncJobClient.annotate)
+    prepare_attempt = _blocking(AsyncJobClient.prepare_attempt)
+    watch = _bridged(AsyncJobClient.watch)
+    wait = _blocking(AsyncJobClient.wait)
+    check = _blocking(AsyncJobClient.check)
+    logs = _blocking(AsyncJobClient.logs)
+    follow_logs = _bridged(AsyncJobClient.follow_logs)
+    pods = _blocking(AsyncJobClient.pods)
+    disruption = _blocking(AsyncJobClient.disruption)
+    pods_matching = _blocking(AsyncJobClient.pods_matching)
+    pending_reasons = _blocking(AsyncJobClient.pending_reasons)
+    events = _blocking(AsyncJobClient.events)
 
     report = staticmethod(AsyncJobClient.report)

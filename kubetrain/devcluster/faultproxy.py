@@ -478,33 +478,36 @@ class FaultProxy:
         self, action: Action | None, request: web.Request, target: URL, body: bytes, exchange: Exchange
     ) -> web.StreamResponse:
         match action:
-            case None:
-                return await self._forward(request, target, body, exchange)
             case Respond(status, reason, message, retry_after):
                 return self._answer(exchange, status, reason=reason, message=message, retry_after=retry_after)
             case Drop():
                 return _hang_up(request)
-            case Delay(seconds):
-                await asyncio.sleep(seconds)
-                return await self._forward(request, target, body, exchange)
-            case Hang(seconds):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), seconds)
-                return await self._forward(request, target, body, exchange)
             case Cut(after):
                 return await self._forward(request, target, body, exchange, cut_after=after)
             case LoseResponse(status):
-                upstream = await self._open(request, target, body)
-                try:
-                    await upstream.read()
-                except aiohttp.ClientError as exc:
-                    raise _UpstreamError(f"the API server broke off its answer: {exc}") from exc
-                finally:
-                    upstream.release()
-                log.info("the API server answered %s; the client will not know", upstream.status)
-                if status is None:
-                    return _hang_up(request)
-                return self._answer(exchange, status, reason=None, message="injected by the fault proxy")
+                return await self._lose_response(request, target, body, exchange, status)
+            case Delay(seconds):
+                await asyncio.sleep(seconds)
+            case Hang(seconds):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), seconds)
+        return await self._forward(request, target, body, exchange)  # no fault, or after a delay or a hang
+
+    async def _lose_response(
+        self, request: web.Request, target: URL, body: bytes, exchange: Exchange, status: int | None
+    ) -> web.StreamResponse:
+        """Forward and read the API server's answer, then drop the connection or answer ``status``."""
+        upstream = await self._open(request, target, body)
+        try:
+            await upstream.read()
+        except aiohttp.ClientError as exc:
+            raise _UpstreamError(f"the API server broke off its answer: {exc}") from exc
+        finally:
+            upstream.release()
+        log.info("the API server answered %s; the client will not know", upstream.status)
+        if status is None:
+            return _hang_up(request)
+        return self._answer(exchange, status, reason=None, message="injected by the fault proxy")
 
     def _answer(
         self,

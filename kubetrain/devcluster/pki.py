@@ -111,47 +111,31 @@ def _write_cert(cert: x509.Certificate, path: Path) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+class _InRoot:
+    """A file of the PKI: its root joined with ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, pki: Pki, owner: type[Pki] | None = None) -> Path:
+        return pki.root / self.name
+
+
 @dataclass(frozen=True)
 class Pki:
     """Paths of everything generated for one cluster."""
 
     root: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.root / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.root / "ca.key"
-
-    @property
-    def serving_cert(self) -> Path:
-        return self.root / "apiserver.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.root / "apiserver.key"
-
-    @property
-    def kubelet_client_cert(self) -> Path:
-        return self.root / "apiserver-kubelet-client.crt"
-
-    @property
-    def kubelet_client_key(self) -> Path:
-        return self.root / "apiserver-kubelet-client.key"
-
-    @property
-    def sa_key(self) -> Path:
-        return self.root / "sa.key"
-
-    @property
-    def sa_pub(self) -> Path:
-        return self.root / "sa.pub"
-
-    @property
-    def tokens(self) -> Path:
-        return self.root / "tokens.csv"
+    ca_cert = _InRoot("ca.crt")
+    ca_key = _InRoot("ca.key")
+    serving_cert = _InRoot("apiserver.crt")
+    serving_key = _InRoot("apiserver.key")
+    kubelet_client_cert = _InRoot("apiserver-kubelet-client.crt")
+    kubelet_client_key = _InRoot("apiserver-kubelet-client.key")
+    sa_key = _InRoot("sa.key")
+    sa_pub = _InRoot("sa.pub")
+    tokens = _InRoot("tokens.csv")
 
     def token(self, identity: str) -> str:
         """The bearer token of an identity (the third column, uid, holds its short name)."""

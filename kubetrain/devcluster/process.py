@@ -8,11 +8,13 @@ then SIGKILL after a grace period (or SIGKILL at once, as a crash would).
 A component is ready when its probe says so: an HTTP(S) endpoint that answers
 200 (``HealthCheck``), or a command that prints what readiness looks like
 (``CommandCheck``: Postgres's ``pg_isready``, a query of Airflow's job table),
-for processes that serve no health endpoint of their own.
+for processes that serve no health endpoint of their own. Our own components
+(the process node, the provisioner) run their main loop with ``run_until_stopped``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -21,9 +23,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubetrain.devcluster.errors import DevClusterError
 
@@ -207,3 +210,19 @@ def _reap(pid: int) -> None:
     """Collect the exit status when ``pid`` is our own child, so it does not linger as a zombie."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+async def run_until_stopped(work: Coroutine[Any, Any, None]) -> None:
+    """A component's main loop: run ``work`` until it ends or SIGTERM or SIGINT arrives, then cancel
+    it. An error of ``work`` propagates."""
+    task = asyncio.create_task(work)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for pending in (task, stopper):
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pending

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from kubetrain import naming
+from kubetrain.devcluster.process import run_until_stopped
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.errors import APIConflictError
 from kubetrain.kube.informer import Informer
@@ -144,17 +144,7 @@ async def run(kubeconfig: str, root: Path, port: int) -> None:
     kube = await KubeClient.from_kubeconfig(kubeconfig)
     provisioner = Provisioner(kube, root)
     runner = await serve_health(provisioner, port)
-    task = asyncio.create_task(provisioner.run())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for pending in (task, stopper):
-        pending.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pending
+    await run_until_stopped(provisioner.run())
     await runner.cleanup()
     await kube.close()
 

@@ -25,6 +25,7 @@ from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.operators import JobTrigger, PyTorchJobOperator
 from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS, AirflowException
 from tests.airflow.conftest import REPO, load_dag
+from tests.airflow.support import FakeTaskInstance, execute
 from tests.support import HANG, pytorchjob, runs_for
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
@@ -116,27 +117,6 @@ def test_a_hyperparameter_sweep_maps_one_job_per_value(dag_namespace: str) -> No
 
 
 @dataclass
-class FakeTaskInstance:
-    """What the operator uses of a task instance, for driving ``execute`` and ``on_kill`` directly."""
-
-    dag_id: str = "kill_test"
-    task_id: str = "train"
-    run_id: str = "manual__kill"
-    map_index: int = -1
-    try_number: int = 1
-    start_date: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
-    xcoms: dict[str, Any] = field(default_factory=dict)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
-
-    def xcom_pull(
-        self, task_ids: str | None = None, key: str = "return_value", map_indexes: int | None = None
-    ) -> Any:
-        return self.xcoms.get(key)
-
-
-@dataclass
 class MappedTaskInstance(FakeTaskInstance):
     """One map index of a mapped task, its XComs in a table shared with the other map indexes. As on
     Airflow 2, a pull without ``map_indexes`` returns the first map index's value."""
@@ -158,17 +138,13 @@ class MappedTaskInstance(FakeTaskInstance):
 def _execute_in_thread(op: Any, ti: FakeTaskInstance, outcome: dict[str, Any]) -> threading.Thread:
     """Run ``op.execute`` as a worker would, in a thread; its result or error lands in ``outcome``."""
 
-    def execute() -> None:
-        if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
-            from airflow.models.baseoperator import ExecutorSafeguard
-
-            ExecutorSafeguard._sentinel.callers = {}
+    def run() -> None:
         try:
-            outcome["result"] = op.execute({"ti": ti})
+            outcome["result"] = execute(op, {"ti": ti})
         except AirflowException as exc:
             outcome["error"] = str(exc)
 
-    thread = threading.Thread(target=execute)
+    thread = threading.Thread(target=run)
     thread.start()
     return thread
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from kubetrain.operators import TrainJobOperator
-from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS, AirflowException
+from kubetrain.operators.compat import AirflowException
 from kubetrain.operators.operators import (
     ClaimMount,
     holding_claim,
@@ -29,6 +27,7 @@ from kubetrain.operators.operators import (
     output_paths,
     trainer_claim_mounts,
 )
+from tests.airflow import support
 from tests.support import Jobs, eventually, runs_for, training_runtime, trainjob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,29 +115,21 @@ def test_the_outputs_are_the_reported_checkpoint_then_the_checkpoint_dir() -> No
 
 
 # -- on the cluster --------------------------------------------------------------------------------------
-@dataclass
-class FakeTaskInstance:
-    dag_id: str = "output_claims"
-    task_id: str = "tune"
-    run_id: str = "manual__1"
-    map_index: int = -1
-    try_number: int = 1
-    start_date: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
-    xcoms: dict[str, Any] = field(default_factory=dict)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
-
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
-        return self.xcoms.get(key)
 
 
 def execute(op: TrainJobOperator) -> Any:
-    if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
-        from airflow.models.baseoperator import ExecutorSafeguard
+    return support.execute(op, support.task_context(task_id="tune"))
 
-        ExecutorSafeguard._sentinel.callers = {}
-    return op.execute({"ti": FakeTaskInstance()})
+
+async def refusal(op: TrainJobOperator, custom: client.CustomObjectsApi, namespace: str) -> str:
+    """Why the task fails before submitting anything."""
+    with pytest.raises(AirflowException) as refused:
+        await asyncio.to_thread(execute, op)
+    listed = await custom.list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+    )
+    assert listed["items"] == [], "nothing was submitted"
+    return str(refused.value)
 
 
 async def claims(core: client.CoreV1Api, namespace: str) -> dict[str, bool]:
@@ -153,41 +144,31 @@ async def claims(core: client.CoreV1Api, namespace: str) -> dict[str, bool]:
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
 async def test_a_delete_on_finish_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi
+    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     job = trainjob(
         "tune", "deletes-output", annotations={"kubetrain.dev/checkpoint-dir": "/workspace/output"}
     )
     op = TrainJobOperator(
         task_id="tune", namespace=namespace, job=job, on_finish_action="delete", get_logs=False
     )
-    with pytest.raises(AirflowException) as refused:
-        await asyncio.to_thread(execute, op)
-    assert str(refused.value) == (
+    assert await refusal(op, custom, namespace) == (
         "on_finish_action='delete' would delete TrainJob tune and with it the claim output-tune, which holds "
         "/workspace/output: the runtime's volumeClaimPolicies delete that claim with the TrainJob "
         "(retentionPolicy.whenDeleted: Delete). Run on a runtime that retains it (whenDeleted: Retain, as the "
         "shipped torchtune runtimes do for their output claim), or set on_finish_action='keep'; nothing was "
         "submitted"
     )
-    listed = await custom.list_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
-    )
-    assert listed["items"] == []
 
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
 async def test_a_ttl_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi
+    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     annotations = {
         "kubetrain.dev/checkpoint-dir": "/workspace/output",
         "kubetrain.dev/ttl-seconds-after-finished": "600",
@@ -199,17 +180,12 @@ async def test_a_ttl_that_would_delete_the_checkpoints_is_refused_before_submitt
         on_finish_action="keep",
         get_logs=False,
     )
-    with pytest.raises(AirflowException) as refused:
-        await asyncio.to_thread(execute, op)
-    assert str(refused.value).startswith(
+    message = await refusal(op, custom, namespace)
+    assert message.startswith(
         "kubetrain.dev/ttl-seconds-after-finished: 600 would delete TrainJob tune and with it the claim "
         "output-tune, which holds /workspace/output"
     )
-    assert str(refused.value).endswith("or remove the TTL; nothing was submitted")
-    listed = await custom.list_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
-    )
-    assert listed["items"] == []
+    assert message.endswith("or remove the TTL; nothing was submitted")
 
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
@@ -217,9 +193,7 @@ async def test_the_delete_after_finishing_is_refused_when_the_reported_checkpoin
     namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("deletes-output", output_retained=False, trains_for="4s")
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     # Nothing declared a checkpoint dir, so nothing could be refused before submitting.
     op = TrainJobOperator(
         task_id="tune",
@@ -256,12 +230,10 @@ async def test_the_delete_after_finishing_is_refused_when_the_reported_checkpoin
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")
 async def test_a_retained_output_claim_outlives_the_trainjob_the_task_deletes(
-    namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api
+    namespace: str, custom: client.CustomObjectsApi, core: client.CoreV1Api, jobs: Jobs
 ) -> None:
     runtime = claims_runtime("keeps-output", output_retained=True)
-    await custom.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", runtime
-    )
+    await jobs.create(runtime)
     job = trainjob(
         "tune",
         "keeps-output",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +12,22 @@ from kubetrain.operators import JobTrigger, PyTorchJobOperator, TrainingJobOpera
 from kubetrain.operators.compat import AirflowException
 from kubetrain.operators.operators import derived_name, task_identity, task_lineage
 from kubetrain.operators.provider import get_provider_info
+from tests.airflow.support import task_context
 from tests.docs_commands import python_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@dataclass
-class FakeTaskInstance:
-    """The fields of a task instance the operator reads to name and label its job."""
-
-    dag_id: str = "nightly_training"
-    task_id: str = "train_model"
-    run_id: str = "scheduled__2026-11-29T00:00:00+00:00"
-    map_index: int = -1
-    try_number: int = 1
+NIGHTLY = {
+    "dag_id": "nightly_training",
+    "task_id": "train_model",
+    "run_id": "scheduled__2026-11-29T00:00:00+00:00",
+}
 
 
 def context(**overrides: Any) -> dict[str, Any]:
-    return {"ti": FakeTaskInstance(**overrides)}
+    """The context of a run of the nightly DAG's task, with ``overrides`` of its task instance."""
+    return task_context(**(NIGHTLY | overrides))
 
 
 def test_a_job_name_is_stable_across_tries_and_distinct_across_runs_and_maps() -> None:

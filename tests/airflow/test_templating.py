@@ -19,6 +19,7 @@ from kubetrain.client.errors import InvalidJobError
 from kubetrain.operators import TrainingJobOperator
 from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS
 from kubetrain.operators.operators import render_manifest_leaves
+from tests.airflow.support import task_context
 
 if AIRFLOW_V_3_0_PLUS:
     from airflow.sdk import DAG
@@ -58,22 +59,13 @@ class FakeDagRun:
     conf: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class FakeTaskInstance:
-    dag_id: str = "templating"
-    task_id: str = "train"
-    run_id: str = "manual__1"
-    map_index: int = -1
-    try_number: int = 1
-
-
 def dag(**kwargs: Any) -> Any:
     return DAG("templating", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), **kwargs)
 
 
 def rendered_job(op: TrainingJobOperator, conf: dict[str, Any], **params: Any) -> dict[str, Any]:
     """Render as the worker does before ``execute``, then build the manifest that would be submitted."""
-    context = {"dag_run": FakeDagRun(conf), "params": params, "ti": FakeTaskInstance()}
+    context = {"dag_run": FakeDagRun(conf), "params": params, **task_context()}
     op.render_template_fields(context)
     body: dict[str, Any] = op.build_manifest(context)
     return body

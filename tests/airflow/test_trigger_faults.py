@@ -9,13 +9,10 @@ forbidden, the API server answers 503 for longer than a first list may take.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -23,35 +20,14 @@ from kubernetes_asyncio import client
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import FaultProxy, Rule
 from kubetrain.operators import JobTrigger, PyTorchJobOperator
-from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS, AirflowException
+from kubetrain.operators.compat import AirflowException
 from kubetrain.operators.triggers import SharedJobWatch
+from tests.airflow.support import deferred_trigger, first_event, task_context
 from tests.support import HANG, eventually, pytorchjob
-
-if AIRFLOW_V_3_0_PLUS:
-    from airflow.sdk.exceptions import TaskDeferred
-else:
-    from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
 
 TRIGGERER = "triggerer_network"  # the connection of the triggerer: through the fault proxy
-
-
-@dataclass
-class FakeTaskInstance:
-    dag_id: str = "trigger_faults"
-    task_id: str = "train"
-    run_id: str = "manual__1"
-    map_index: int = -1
-    try_number: int = 1
-    start_date: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
-    xcoms: dict[str, Any] = field(default_factory=dict)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
-
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
-        return self.xcoms.get(key)
 
 
 @pytest.fixture
@@ -80,24 +56,6 @@ def lists(proxy: FaultProxy, namespace: str) -> int:
     )
 
 
-async def first_event(trigger: JobTrigger) -> dict[str, Any]:
-    async for event in trigger.run():
-        return dict(event.payload)
-    raise AssertionError("the trigger ended without an event")
-
-
-def defer(op: PyTorchJobOperator, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Run the task until it defers; the trigger as Airflow stores it."""
-    if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
-        from airflow.models.baseoperator import ExecutorSafeguard
-
-        ExecutorSafeguard._sentinel.callers = {}
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(context)
-    stored: tuple[str, dict[str, Any]] = deferred.value.trigger.serialize()
-    return stored
-
-
 async def test_a_job_deleted_while_the_watch_was_away_fails_the_task(
     proxy: FaultProxy, namespace: str, custom: client.CustomObjectsApi
 ) -> None:
@@ -119,8 +77,9 @@ async def test_a_job_deleted_while_the_watch_was_away_fails_the_task(
     op = PyTorchJobOperator(
         task_id="train", namespace=namespace, job=manifest, deferrable=True, get_logs=False, status_interval=1
     )
-    context = {"ti": FakeTaskInstance()}
-    _, kwargs = await asyncio.to_thread(defer, op, context)
+    context = task_context()
+    deferred = await asyncio.to_thread(deferred_trigger, op, context)
+    _, kwargs = deferred.serialize()  # the trigger as Airflow stores it
     trigger = JobTrigger(**{**kwargs, "kubernetes_conn_id": TRIGGERER})
     waiting = asyncio.ensure_future(first_event(trigger))
 

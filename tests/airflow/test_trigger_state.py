@@ -9,23 +9,15 @@ never leaves the cluster.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kubetrain.operators import JobTrigger, PyTorchJobOperator, TrainingJobSensor
-from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS
 from kubetrain.operators.triggers import ConnectionRef, event_job
+from tests.airflow.support import TaskDeferred, deferred_trigger, first_event, task_context
 from tests.support import pytorchjob, runs_for
-
-if AIRFLOW_V_3_0_PLUS:
-    from airflow.sdk.exceptions import TaskDeferred
-else:
-    from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
 
 TOKEN = "kt-secret-token-3f9a0c"
 INLINE_KUBECONFIG = {
@@ -36,25 +28,6 @@ INLINE_KUBECONFIG = {
     "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
     "current-context": "ctx",
 }
-
-
-@dataclass
-class FakeTaskInstance:
-    """What the operator reads of a task instance while it runs and defers."""
-
-    dag_id: str = "trigger_state"
-    task_id: str = "train"
-    run_id: str = "manual__1"
-    map_index: int = -1
-    try_number: int = 1
-    start_date: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
-    xcoms: dict[str, Any] = field(default_factory=dict)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
-
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
-        return self.xcoms.get(key)
 
 
 @pytest.fixture
@@ -73,7 +46,7 @@ def test_a_deferred_task_stores_the_connection_id_not_the_credentials(inline_con
     assert op._connection_info.config_dict == INLINE_KUBECONFIG
     ref = {"kind": "PyTorchJob", "name": "train-1", "namespace": "team", "uid": "uid-1"}
     with pytest.raises(TaskDeferred) as deferred:
-        op._defer(ref, {"ti": FakeTaskInstance()})
+        op._defer(ref, task_context())
     trigger = deferred.value.trigger
     classpath, kwargs = trigger.serialize()
     stored = json.dumps(kwargs) + repr(trigger)  # the row Airflow writes, and what its log prints
@@ -90,10 +63,9 @@ def test_a_deferred_sensor_stores_the_connection_id_not_the_credentials(inline_c
     sensor = TrainingJobSensor(
         task_id="wait", name="train-1", kubernetes_conn_id=inline_connection, deferrable=True
     )
-    with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute({"ti": FakeTaskInstance()})
-    _, kwargs = deferred.value.trigger.serialize()
-    assert TOKEN not in json.dumps(kwargs) + repr(deferred.value.trigger)
+    trigger = deferred_trigger(sensor, task_context())
+    _, kwargs = trigger.serialize()
+    assert TOKEN not in json.dumps(kwargs) + repr(trigger)
     assert kwargs["kubernetes_conn_id"] == inline_connection and kwargs["namespace"] == "team"
 
 
@@ -181,29 +153,12 @@ async def test_the_deferred_wait_ends_with_a_result_from_an_event_without_the_sp
     op = PyTorchJobOperator(
         task_id="train", namespace=namespace, job=manifest, deferrable=True, get_logs=False
     )
-    context = {"ti": FakeTaskInstance()}
-
-    def execute() -> Any:
-        if not AIRFLOW_V_3_0_PLUS:  # Airflow 2 guards execute() with a per-thread record of callers
-            from airflow.models.baseoperator import ExecutorSafeguard
-
-            ExecutorSafeguard._sentinel.callers = {}
-        with pytest.raises(TaskDeferred) as deferred:
-            op.execute(context)
-        return deferred.value.trigger
-
-    trigger = await asyncio.to_thread(execute)
+    context = task_context()
+    trigger = await asyncio.to_thread(deferred_trigger, op, context)
     _, kwargs = trigger.serialize()
     assert TOKEN not in json.dumps(kwargs)
-
-    async def first_event() -> dict[str, Any]:
-        async for event in JobTrigger(
-            **kwargs
-        ).run():  # rebuilt from what Airflow stored, as a triggerer does
-            return dict(event.payload)
-        raise AssertionError("the trigger ended without an event")
-
-    event = await asyncio.wait_for(first_event(), 120)
+    # The trigger rebuilt from what Airflow stored, as a triggerer does.
+    event = await asyncio.wait_for(first_event(JobTrigger(**kwargs)), 120)
     assert event["status"] == "success", event
     assert TOKEN not in json.dumps(event) and "spec" not in event["job"]
     result = await asyncio.to_thread(op.execute_complete, context, event)

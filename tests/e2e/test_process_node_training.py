@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +185,8 @@ def _latest_step(directory: Path) -> int:
     return max(steps, default=0)
 
 
-async def _process_of(namespace: str, pod: str) -> psutil.Process | None:
+def _training_processes(namespace: str) -> Iterator[tuple[psutil.Process, dict[str, str]]]:
+    """The processes of examples/train_ddp.py that run pods of ``namespace``, with their env."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
             if "examples/train_ddp.py" not in " ".join(proc.info["cmdline"] or []):
@@ -191,9 +194,14 @@ async def _process_of(namespace: str, pod: str) -> psutil.Process | None:
             env = proc.environ()
         except psutil.Error:
             continue
-        if env.get("KUBETRAIN_POD_NAME") == pod and env.get("KUBETRAIN_POD_NAMESPACE") == namespace:
-            return proc
-    return None
+        if env.get("KUBETRAIN_POD_NAMESPACE") == namespace:
+            yield proc, env
+
+
+async def _process_of(namespace: str, pod: str) -> psutil.Process | None:
+    return next(
+        (p for p, env in _training_processes(namespace) if env.get("KUBETRAIN_POD_NAME") == pod), None
+    )
 
 
 async def test_deleting_a_job_mid_run_leaves_nothing_running(
@@ -209,19 +217,7 @@ async def test_deleting_a_job_mid_run_leaves_nothing_running(
 
 
 async def _count(namespace: str, wanted: int) -> bool:
-    procs = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if "examples/train_ddp.py" in " ".join(p.info["cmdline"] or [])
-    ]
-    mine = 0
-    for proc in procs:
-        try:
-            if proc.environ().get("KUBETRAIN_POD_NAMESPACE") == namespace:
-                mine += 1
-        except psutil.Error:
-            continue
-    return mine == wanted
+    return sum(1 for _ in _training_processes(namespace)) == wanted
 
 
 async def _nothing_left(jobs: Jobs) -> bool:
@@ -352,17 +348,7 @@ async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
 
 async def _attempts_training(namespace: str) -> set[str]:
     """The ``KUBETRAIN_ATTEMPT`` of every training process of the namespace."""
-    found = set()
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if "examples/train_ddp.py" not in " ".join(proc.info["cmdline"] or []):
-                continue
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get("KUBETRAIN_POD_NAMESPACE") == namespace:
-            found.add(env.get("KUBETRAIN_ATTEMPT", "1"))
-    return found
+    return {env.get("KUBETRAIN_ATTEMPT", "1") for _, env in _training_processes(namespace)}
 
 
 async def _finished(jobs: Jobs, name: str) -> bool:
@@ -372,15 +358,12 @@ async def _finished(jobs: Jobs, name: str) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _processes_are_cleaned_up() -> Any:
+def _processes_are_cleaned_up(namespace: str) -> Any:
     yield
     # A failed test must not leave training processes behind for the next one.
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if "examples/train_ddp.py" in " ".join(proc.info["cmdline"] or []):
-                proc.kill()
-        except psutil.Error:
-            continue
+    for proc, _ in _training_processes(namespace):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 async def _annotation(jobs: Jobs, name: str, key: str) -> str | None:

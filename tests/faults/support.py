@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -595,6 +595,17 @@ class MixRun:
             if pending:
                 await asyncio.sleep(1.0)
 
+    async def judge(self, headline: str, controller: ControllerProcess) -> None:
+        """Once the controller has settled its cleanup (failed jobs' pods, TTLs): print what the run
+        did after ``headline``, and fail with every problem and the controller's last log lines."""
+        await asyncio.sleep(3)
+        problems = await self.problems()
+        print(
+            f"\n{headline}; pods created {self.pods_created}, duplicates {len(self.history.overlaps)}, "
+            f"problems {len(problems)}"
+        )
+        assert not problems, "\n".join(problems[:40]) + "\n" + controller.tail()
+
     async def problems(self) -> list[str]:
         """Every way the run went wrong: a wrong end, a check of the scenario, two live pods for a slot."""
         found: list[str] = []
@@ -631,3 +642,19 @@ class MixRun:
     @property
     def pods_created(self) -> int:
         return sum(len(u) for u in self.history.created.values())
+
+
+@contextlib.asynccontextmanager
+async def mix_run(jobs: Jobs, count: int, controller: ControllerProcess) -> AsyncIterator[MixRun]:
+    """``count`` jobs of the mix, with every pod recorded from the start and ``controller`` started;
+    afterwards the actors, the controller and the recording are stopped, in that order."""
+    history = PodHistory(jobs.core, jobs.namespace)
+    await history.start()
+    run = MixRun(jobs, history, plan(count, mix()))
+    controller.start()
+    try:
+        yield run
+    finally:
+        run.stop_actors()
+        controller.stop()
+        await history.stop()

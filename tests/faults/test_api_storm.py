@@ -20,7 +20,7 @@ import pytest
 
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import FaultProxy, Rule
-from tests.faults.support import ControllerProcess, MixRun, PodHistory, elapsed, mix, plan, scaled
+from tests.faults.support import ControllerProcess, elapsed, mix_run, scaled
 from tests.support import Jobs
 
 JOBS = scaled(52)  # four of each scenario
@@ -61,9 +61,6 @@ def chaos(proxy: FaultProxy) -> list[Rule]:
 async def test_every_job_ends_where_it_should_when_a_share_of_every_request_fails(
     fault_proxy: FaultProxy, namespace: str, jobs: Jobs, tmp_path: Path
 ) -> None:
-    history = PodHistory(jobs.core, namespace)
-    await history.start()
-    run = MixRun(jobs, history, plan(JOBS, mix()))
     kubeconfig = fault_proxy.write_kubeconfig(tmp_path / "controller.kubeconfig", client=CONTROLLER)
     lease = f"storm-{namespace}"
     controller = ControllerProcess(
@@ -78,30 +75,24 @@ async def test_every_job_ends_where_it_should_when_a_share_of_every_request_fail
         "--leader-election-retry-period=0.5",
     )
     rules = chaos(fault_proxy)
-    controller.start()
-    done = asyncio.Event()
-    supervisor = asyncio.create_task(controller.supervise(done))
-    started = time.monotonic()
-    try:
-        await run.submit()
-        await run.wait_all_ended(timeout=180 + 3 * JOBS)
-        ended_at = elapsed(started)
-        for rule in rules:
-            fault_proxy.remove(rule)  # the verdict and the cleanup run without faults
-        await asyncio.sleep(3)
-        problems = await run.problems()
-        faults = Counter(e.fault for e in fault_proxy.exchanges if e.fault is not None)
-        print(
-            f"\nAPI chaos: {JOBS} jobs, {len(fault_proxy.exchanges)} requests, "
-            f"{sum(faults.values())} faults injected ({', '.join(f'{k} {v}' for k, v in faults.most_common())}), "
-            f"controller exits {len(controller.exits)}; all ended after {ended_at}; "
-            f"pods created {run.pods_created}, duplicates {len(history.overlaps)}, problems {len(problems)}"
-        )
-        assert not problems, "\n".join(problems[:40]) + "\n" + controller.tail()
-        await run.delete_all_and_wait_gone()
-    finally:
-        run.stop_actors()
-        done.set()
-        await supervisor
-        controller.stop()
-        await history.stop()
+    async with mix_run(jobs, JOBS, controller) as run:
+        done = asyncio.Event()
+        supervisor = asyncio.create_task(controller.supervise(done))
+        started = time.monotonic()
+        try:
+            await run.submit()
+            await run.wait_all_ended(timeout=180 + 3 * JOBS)
+            ended_at = elapsed(started)
+            for rule in rules:
+                fault_proxy.remove(rule)  # the verdict and the cleanup run without faults
+            faults = Counter(e.fault for e in fault_proxy.exchanges if e.fault is not None)
+            await run.judge(
+                f"API chaos: {JOBS} jobs, {len(fault_proxy.exchanges)} requests, "
+                f"{sum(faults.values())} faults injected ({', '.join(f'{k} {v}' for k, v in faults.most_common())}), "
+                f"controller exits {len(controller.exits)}; all ended after {ended_at}",
+                controller,
+            )
+            await run.delete_all_and_wait_gone()
+        finally:
+            done.set()
+            await supervisor

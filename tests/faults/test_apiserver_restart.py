@@ -17,7 +17,7 @@ import pytest
 from kubetrain.devcluster import paths
 from kubetrain.devcluster.cluster import DevCluster
 from tests.docs_commands import run_documented_async, shell_env
-from tests.faults.support import ControllerProcess, MixRun, PodHistory, elapsed, mix, plan, scaled
+from tests.faults.support import ControllerProcess, elapsed, mix_run, scaled
 from tests.support import Jobs
 
 JOBS = scaled(26)  # two of each scenario
@@ -27,13 +27,9 @@ JOBS = scaled(26)  # two of each scenario
 async def test_every_job_ends_where_it_should_across_an_api_server_restart(
     dev_cluster: DevCluster, kubeconfig: Path, namespace: str, jobs: Jobs, tmp_path: Path
 ) -> None:
-    history = PodHistory(jobs.core, namespace)
-    await history.start()
-    run = MixRun(jobs, history, plan(JOBS, mix()))
     controller = ControllerProcess(kubeconfig, namespace, tmp_path / "controller.log")
-    controller.start()
-    started = time.monotonic()
-    try:
+    async with mix_run(jobs, JOBS, controller) as run:
+        started = time.monotonic()
         await run.submit()
         await asyncio.sleep(4)  # mid-run: pods being created, some jobs already finishing
         env = {**shell_env(kubeconfig, namespace, tmp_path), paths.STATE_ENV: str(dev_cluster.state_dir)}
@@ -42,18 +38,11 @@ async def test_every_job_ends_where_it_should_across_an_api_server_restart(
         )
         assert "Restarted kube-apiserver" in restart.stderr
         await run.wait_all_ended(timeout=180 + 3 * JOBS)
-        ended_at = elapsed(started)
-        await asyncio.sleep(3)
-        problems = await run.problems()
-        print(
-            f"\nAPI server restart: {JOBS} jobs, all ended after {ended_at}; pods created {run.pods_created}, "
-            f"duplicates {len(history.overlaps)}, problems {len(problems)}, controller exits "
-            f"{0 if controller.proc is None or controller.proc.poll() is None else 1}"
+        running = controller.proc is not None and controller.proc.poll() is None
+        await run.judge(
+            f"API server restart: {JOBS} jobs, all ended after {elapsed(started)}, controller exits "
+            f"{0 if running else 1}",
+            controller,
         )
-        assert not problems, "\n".join(problems[:40]) + "\n" + controller.tail()
         assert controller.proc is not None and controller.proc.poll() is None, "the controller kept running"
         await run.delete_all_and_wait_gone()
-    finally:
-        run.stop_actors()
-        controller.stop()
-        await history.stop()

@@ -103,20 +103,23 @@ def verdict(entry: Entry, obj: Obj | None) -> tuple[bool, str | None]:
     found = conditions(obj)
     finished = [c for c in found if c.get("type") in FINISHED and c.get("status") == "True"]
     if entry.outcome == "failed":
-        failed = next((c for c in finished if c["type"] == "Failed"), None)
-        if failed is not None:
-            message = str(failed.get("message", ""))
-            if entry.text in message:
-                return True, None
-            return True, f"Failed, but the message does not name {entry.text!r}: {message}"
-        if finished:
-            return True, f"{finished[0]['type']} instead of Failed"
-        return False, None
+        return _failed_verdict(entry, finished)
     if finished:
         return True, f"{finished[0]['type']}: {finished[0].get('message')}; expected to wait, saying why"
     if any(entry.text in str(c.get("message", "")) for c in found):
         return True, None
     return False, None
+
+
+def _failed_verdict(entry: Entry, finished: list[Obj]) -> tuple[bool, str | None]:
+    """``verdict`` for an entry that must fail, naming ``entry.text``, given its finished conditions."""
+    failed = next((c for c in finished if c["type"] == "Failed"), None)
+    if failed is None:
+        return (True, f"{finished[0]['type']} instead of Failed") if finished else (False, None)
+    message = str(failed.get("message", ""))
+    if entry.text in message:
+        return True, None
+    return True, f"Failed, but the message does not name {entry.text!r}: {message}"
 
 
 async def settle(

@@ -135,16 +135,8 @@ async def test_the_follower_takes_over_in_time_and_the_two_never_write_at_once(
         await jobs.create(pytorchjob("before", workers=1, master_annotations=HANG, worker_annotations=HANG))
         await jobs.wait_pods("before", 2, timeout=60)  # the leader is writing
 
-        hang_rule = None
         faulted_at = time.monotonic()
-        if fault == "sigkill":
-            old.signal(signal.SIGKILL)
-        elif fault == "sigstop":
-            old.signal(signal.SIGSTOP)
-        else:
-            hang_rule = fault_proxy.add(
-                faultproxy.Rule(faultproxy.hang(), path=rf"/leases/{LEASE}$", client=old.name)
-            )
+        hang_rule = inject(fault, old, fault_proxy)
         gave_up = asyncio.create_task(old.exit_code(timeout=60)) if hang_rule is not None else None
         await eventually(lambda: held_by(new), timeout=30, interval=0.05, what="replica-b to take the Lease")
         failover = time.monotonic() - faulted_at
@@ -155,12 +147,8 @@ async def test_the_follower_takes_over_in_time_and_the_two_never_write_at_once(
         assert failover <= LEASE_DURATION + RETRY_PERIOD + MEASURING, f"took {failover:.2f}s"
         assert failover >= LEASE_DURATION - RETRY_PERIOD - MEASURING, f"took over too early: {failover:.2f}s"
         if gave_up is not None:
-            code = await gave_up
-            assert old.exited_at is not None
-            print(f"replica-a, its lease calls hanging, exited after {old.exited_at - faulted_at:.2f}s")
-            assert code != 0, old.text()[-3000:]
-            assert hang_rule is not None and hang_rule.fired > 0
-            assert old.exited_at - faulted_at <= RENEW_DEADLINE + 1, old.text()[-3000:]
+            assert hang_rule is not None
+            assert_gave_up_in_time(old, await gave_up, hang_rule, faulted_at)
 
         await jobs.create(pytorchjob("after", workers=1, master_annotations=HANG, worker_annotations=HANG))
         await jobs.wait_pods("after", 2, timeout=60)  # the new leader is writing
@@ -172,19 +160,13 @@ async def test_the_follower_takes_over_in_time_and_the_two_never_write_at_once(
         if fault != "sigkill":
             assert "lost the leader lease" in old.text(), old.text()[-3000:]
 
-        old_writes = not_lease(fault_proxy.writes(client=old.name))
-        new_writes = not_lease(fault_proxy.writes(client=new.name))
-        assert old_writes, "replica-a never wrote: the test proves nothing"
-        assert new_writes, "replica-b never wrote after taking over"
-        first_new = min(e.started for e in new_writes)
-        overlapping = [e for e in old_writes if (e.finished or e.started) >= first_new]
-        assert not overlapping, f"replica-a wrote after replica-b began: {_show(overlapping)}"
+        assert_never_wrote_at_once(fault_proxy, old, new)
         if resumed_at is not None:
             late = [e for e in fault_proxy.writes(client=old.name) if e.started >= resumed_at]
             assert not late, f"replica-a wrote after it was resumed: {_show(late)}"
         if fault == "lease-calls-hang":
             fenced_from = faulted_at + RENEW_DEADLINE + 0.1
-            late = [e for e in old_writes if e.started >= fenced_from]
+            late = [e for e in not_lease(fault_proxy.writes(client=old.name)) if e.started >= fenced_from]
             assert not late, f"replica-a wrote past its renew deadline: {_show(late)}"
 
         new.signal(signal.SIGTERM)
@@ -195,6 +177,38 @@ async def test_the_follower_takes_over_in_time_and_the_two_never_write_at_once(
         fault_proxy.release()
         await old.end()
         await new.end()
+
+
+def inject(fault: str, leader: Replica, proxy: FaultProxy) -> faultproxy.Rule | None:
+    """Kill or freeze the leader, or hang its lease calls (then: the rule that does)."""
+    if fault == "sigkill":
+        leader.signal(signal.SIGKILL)
+    elif fault == "sigstop":
+        leader.signal(signal.SIGSTOP)
+    else:
+        return proxy.add(faultproxy.Rule(faultproxy.hang(), path=rf"/leases/{LEASE}$", client=leader.name))
+    return None
+
+
+def assert_gave_up_in_time(leader: Replica, code: int, hang_rule: faultproxy.Rule, faulted_at: float) -> None:
+    """The leader whose lease calls hang exited with an error, within its renew deadline."""
+    assert leader.exited_at is not None
+    print(f"replica-a, its lease calls hanging, exited after {leader.exited_at - faulted_at:.2f}s")
+    assert code != 0, leader.text()[-3000:]
+    assert hang_rule.fired > 0
+    assert leader.exited_at - faulted_at <= RENEW_DEADLINE + 1, leader.text()[-3000:]
+
+
+def assert_never_wrote_at_once(proxy: FaultProxy, old: Replica, new: Replica) -> None:
+    """Both replicas wrote (lease calls aside), and none of the old leader's writes came after the new
+    leader's first."""
+    old_writes = not_lease(proxy.writes(client=old.name))
+    new_writes = not_lease(proxy.writes(client=new.name))
+    assert old_writes, "replica-a never wrote: the test proves nothing"
+    assert new_writes, "replica-b never wrote after taking over"
+    first_new = min(e.started for e in new_writes)
+    overlapping = [e for e in old_writes if (e.finished or e.started) >= first_new]
+    assert not overlapping, f"replica-a wrote after replica-b began: {_show(overlapping)}"
 
 
 def _show(exchanges: list[Exchange]) -> str:

@@ -41,13 +41,17 @@ PYTORCHJOB: dict[str, Any] = {
 }
 
 
+def _resource(body: dict[str, Any]) -> tuple[str, str, str]:
+    group, version = body["apiVersion"].split("/")
+    return group, version, body["kind"].lower() + "s"
+
+
 async def _create(
     custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any], *, dry_run: bool = False
 ) -> str:
     """Create ``body`` (only validate it, with ``dry_run``); return the API server's error message, or ''
     when accepted."""
-    group, version = body["apiVersion"].split("/")
-    plural = body["kind"].lower() + "s"
+    group, version, plural = _resource(body)
     try:
         if dry_run:
             await custom.create_namespaced_custom_object(
@@ -61,8 +65,33 @@ async def _create(
     return ""
 
 
-def _pytorchjob(**edits: Any) -> dict[str, Any]:
+async def _refused_patch(
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    job: dict[str, Any],
+    patch: dict[str, Any],
+    *,
+    scale: bool = False,
+) -> str:
+    """The API server's message refusing a merge patch of the stored ``job`` (of its scale, with ``scale``)."""
+    group, version, plural = _resource(job)
+    write = custom.patch_namespaced_custom_object_scale if scale else custom.patch_namespaced_custom_object
+    with pytest.raises(client.ApiException) as raised:
+        await write(
+            group,
+            version,
+            namespace,
+            plural,
+            job["metadata"]["name"],
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+    return str(raised.value.body)
+
+
+def _pytorchjob(name: str = "mnist", **edits: Any) -> dict[str, Any]:
     job = copy.deepcopy(PYTORCHJOB)
+    job["metadata"]["name"] = name
     specs = job["spec"]["pytorchReplicaSpecs"]
     for path, value in edits.items():
         rtype, field = path.split("__")
@@ -116,9 +145,7 @@ async def test_a_misspelled_replica_type_is_rejected(custom: client.CustomObject
 async def test_a_name_that_is_not_a_dns_label_is_rejected(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    job = _pytorchjob()
-    job["metadata"]["name"] = "9lives"
-    message = await _create(custom, namespace, job)
+    message = await _create(custom, namespace, _pytorchjob("9lives"))
     assert "metadata.name must be a DNS-1035 label" in message
 
 
@@ -134,17 +161,8 @@ async def test_the_scheduling_queue_is_immutable(custom: client.CustomObjectsApi
     job["spec"]["runPolicy"] = {"schedulingPolicy": {"queue": "a"}}
     assert await _create(custom, namespace, job) == ""
     patch = {"spec": {"runPolicy": {"schedulingPolicy": {"queue": "b"}}}}
-    with pytest.raises(client.ApiException) as raised:
-        await custom.patch_namespaced_custom_object(
-            "kubeflow.org",
-            "v1",
-            namespace,
-            "pytorchjobs",
-            "mnist",
-            patch,
-            _content_type="application/merge-patch+json",
-        )
-    assert "spec.runPolicy.schedulingPolicy.queue is immutable" in raised.value.body
+    message = await _refused_patch(custom, namespace, job, patch)
+    assert "spec.runPolicy.schedulingPolicy.queue is immutable" in message
 
 
 async def test_a_tfjob_with_chief_and_master_is_rejected(
@@ -202,17 +220,8 @@ async def test_a_trainjob_with_an_unknown_runtime_kind_is_rejected(
 
 async def test_a_trainjob_runtime_ref_is_immutable(custom: client.CustomObjectsApi, namespace: str) -> None:
     assert await _create(custom, namespace, copy.deepcopy(TRAINJOB)) == ""
-    with pytest.raises(client.ApiException) as raised:
-        await custom.patch_namespaced_custom_object(
-            "trainer.kubeflow.org",
-            "v1alpha1",
-            namespace,
-            "trainjobs",
-            "llm",
-            {"spec": {"runtimeRef": {"name": "other"}}},
-            _content_type="application/merge-patch+json",
-        )
-    assert "spec.runtimeRef is immutable" in raised.value.body
+    message = await _refused_patch(custom, namespace, TRAINJOB, {"spec": {"runtimeRef": {"name": "other"}}})
+    assert "spec.runtimeRef is immutable" in message
 
 
 async def test_runtime_patches_change_only_while_the_trainjob_is_suspended(
@@ -333,8 +342,9 @@ async def test_zero_chief_replicas_are_rejected_naming_the_field(
 async def test_a_name_too_long_for_the_jobs_services_is_rejected_with_the_longest_allowed_name(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    job = _pytorchjob(Worker__replicas=200)  # the last Service: <name>-worker-199, 11 characters more
-    job["metadata"]["name"] = "n" * 53
+    job = _pytorchjob(
+        "n" * 53, Worker__replicas=200
+    )  # the last Service: <name>-worker-199, 11 characters more
     message = await _create(custom, namespace, job)
     assert "metadata.name is too long for this job" in message
     assert "use a name of at most 52 characters" in message
@@ -345,11 +355,9 @@ async def test_a_name_too_long_for_the_jobs_services_is_rejected_with_the_longes
 async def test_the_replica_count_bounds_the_name_through_the_index_digits(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    job = _pytorchjob(Worker__replicas=10)
-    job["metadata"]["name"] = "n" * 54  # n...n-worker-9 is 63 characters
+    job = _pytorchjob("n" * 54, Worker__replicas=10)  # n...n-worker-9 is 63 characters
     assert await _create(custom, namespace, job, dry_run=True) == ""
-    job = _pytorchjob(Worker__replicas=11)
-    job["metadata"]["name"] = "n" * 54
+    job = _pytorchjob("n" * 54, Worker__replicas=11)
     assert "use a name of at most 53 characters" in await _create(custom, namespace, job)
 
 
@@ -371,20 +379,10 @@ async def test_a_replica_type_with_no_replicas_has_no_service_to_fit(
 async def test_scaling_past_what_the_name_allows_is_rejected(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    job = _pytorchjob(Worker__replicas=10)
-    job["metadata"]["name"] = name = "n" * 54
+    job = _pytorchjob("n" * 54, Worker__replicas=10)
     assert await _create(custom, namespace, job) == ""
-    with pytest.raises(client.ApiException) as raised:
-        await custom.patch_namespaced_custom_object_scale(
-            "kubeflow.org",
-            "v1",
-            namespace,
-            "pytorchjobs",
-            name,
-            {"spec": {"replicas": 11}},
-            _content_type="application/merge-patch+json",
-        )
-    assert "use a name of at most 53 characters" in str(raised.value.body)
+    message = await _refused_patch(custom, namespace, job, {"spec": {"replicas": 11}}, scale=True)
+    assert "use a name of at most 53 characters" in message
 
 
 async def test_a_trainjob_name_no_runtime_could_run_is_rejected(

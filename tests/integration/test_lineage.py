@@ -31,6 +31,19 @@ async def jobs_client(kubeconfig: Path) -> AsyncIterator[AsyncJobClient]:
         yield api
 
 
+async def set_finalizers(client: AsyncJobClient, job: Obj, finalizers: list[str] | None) -> None:
+    """Set (None: remove) a PyTorchJob's finalizers."""
+    await client.custom.patch_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        job["metadata"]["namespace"],
+        "pytorchjobs",
+        job["metadata"]["name"],
+        {"metadata": {"finalizers": finalizers}},
+        _content_type="application/merge-patch+json",
+    )
+
+
 async def set_state(client: AsyncJobClient, job: Obj, state: str) -> None:
     """Write the condition the controller would write when the job reaches ``state``."""
     spec = kinds.kind_of(job["kind"])
@@ -233,16 +246,7 @@ async def test_an_attempt_being_deleted_is_skipped_and_a_suspended_one_resumed(
 ) -> None:
     request = airflow_request(namespace, "train", "manual__2", name="train-6f6f6f6f")
     first = (await prepare(jobs_client, request)).job
-    hold = {"metadata": {"finalizers": ["kubetrain.dev/test-hold"]}}  # keeps it "being deleted"
-    await jobs_client.custom.patch_namespaced_custom_object(
-        "kubeflow.org",
-        "v1",
-        namespace,
-        "pytorchjobs",
-        first["metadata"]["name"],
-        hold,
-        _content_type="application/merge-patch+json",
-    )
+    await set_finalizers(jobs_client, first, ["kubetrain.dev/test-hold"])  # keeps it "being deleted"
     try:
         await jobs_client.delete("PyTorchJob", first["metadata"]["name"], namespace, propagation="Background")
         second = await prepare(jobs_client, request)
@@ -257,15 +261,7 @@ async def test_an_attempt_being_deleted_is_skipped_and_a_suspended_one_resumed(
         )
         assert resumed.job["spec"]["runPolicy"]["suspend"] is False
     finally:
-        await jobs_client.custom.patch_namespaced_custom_object(
-            "kubeflow.org",
-            "v1",
-            namespace,
-            "pytorchjobs",
-            first["metadata"]["name"],
-            {"metadata": {"finalizers": None}},
-            _content_type="application/merge-patch+json",
-        )
+        await set_finalizers(jobs_client, first, None)
 
 
 async def test_a_job_of_the_same_name_that_belongs_to_another_run_is_never_taken_over(

@@ -41,6 +41,23 @@ PLACEMENT = {
 TRAIN = ["python", "examples/train_ddp.py", "--checkpoint-every=20"]
 
 
+def training_step(namespace: str, job_name: str, *train_args: str, **inputs: Any) -> LaunchRequest:
+    """A step of run ``run-1`` whose PyTorchJob (a Master alone, on the process node) runs
+    examples/train_ddp.py with ``train_args``; ``inputs`` as the launcher's."""
+    return LaunchRequest(
+        kind="PyTorchJob",
+        job_name=job_name,
+        run_id="run-1",
+        namespace=namespace,
+        image="kubetrain/kubetrain:0.1.0",
+        command=[*TRAIN, *train_args],
+        num_workers=0,
+        working_dir=str(REPO),
+        **PLACEMENT,
+        **inputs,
+    )
+
+
 def _example_pipeline() -> Any:
     spec = importlib.util.spec_from_file_location("kfp_pipeline", REPO / "examples" / "kfp_pipeline.py")
     assert spec is not None and spec.loader is not None
@@ -177,18 +194,7 @@ def test_the_trainjob_launcher_emits_its_metrics_and_model(
 
 
 def test_a_failing_job_fails_the_step_with_its_reason(kfp_env: Path, namespace: str) -> None:
-    request = LaunchRequest(
-        kind="PyTorchJob",
-        job_name="broken",
-        run_id="run-1",
-        namespace=namespace,
-        image="kubetrain/kubetrain:0.1.0",
-        command=[*TRAIN, "--steps=40", "--fail-at-step=5"],
-        num_workers=0,
-        backoff_limit=0,
-        working_dir=str(REPO),
-        **PLACEMENT,
-    )
+    request = training_step(namespace, "broken", "--steps=40", "--fail-at-step=5", backoff_limit=0)
     with pytest.raises(JobFailedError) as failed:
         launch(request)
     assert failed.value.reason == "BackoffLimitExceeded"
@@ -199,19 +205,15 @@ def test_a_retried_step_resumes_the_failed_attempt_from_its_checkpoint(
     kfp_env: Path, namespace: str, kubectl: Kubectl, jobs: JobClient
 ) -> None:
     claim(kubectl, namespace, "ckpt")
-    request = LaunchRequest(
-        kind="PyTorchJob",
-        job_name="resumable",
-        run_id="run-1",
-        namespace=namespace,
-        image="kubetrain/kubetrain:0.1.0",
-        command=[*TRAIN, "--steps=60", "--fail-at-step=50", "--fail-on-attempt=1"],
-        num_workers=0,
+    request = training_step(
+        namespace,
+        "resumable",
+        "--steps=60",
+        "--fail-at-step=50",
+        "--fail-on-attempt=1",
         backoff_limit=0,
         checkpoint_dir="/checkpoints",
         checkpoint_volume="ckpt",
-        working_dir=str(REPO),
-        **PLACEMENT,
     )
     with pytest.raises(JobFailedError):
         launch(request)
@@ -224,18 +226,7 @@ def test_a_retried_step_resumes_the_failed_attempt_from_its_checkpoint(
 
 def endless_step(namespace: str) -> LaunchRequest:
     """A step whose job trains until it is stopped."""
-    return LaunchRequest(
-        kind="PyTorchJob",
-        job_name="endless",
-        run_id="run-1",
-        task_name="train",
-        namespace=namespace,
-        image="kubetrain/kubetrain:0.1.0",
-        command=[*TRAIN, "--steps=100000", "--step-seconds=0.05"],
-        num_workers=0,
-        working_dir=str(REPO),
-        **PLACEMENT,
-    )
+    return training_step(namespace, "endless", "--steps=100000", "--step-seconds=0.05", task_name="train")
 
 
 def start_step(request: LaunchRequest, jobs: JobClient, **env: str) -> subprocess.Popen[bytes]:

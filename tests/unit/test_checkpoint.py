@@ -238,14 +238,19 @@ def test_attempts_starting_together_leave_the_highest_as_the_fence(tmp_path: Pat
         CheckpointManager(tmp_path, rank=0, attempt=4).save(b"x", 1)
 
 
+def _attempts_one_and_two(directory: Path) -> tuple[CheckpointManager, CheckpointManager]:
+    """Attempt 1, which saved step 5, and attempt 2, made after that save."""
+    older = CheckpointManager(directory, rank=0, attempt=1)
+    older.save(b"older", 5)
+    return older, CheckpointManager(directory, rank=0, attempt=2)
+
+
 def test_an_overwrite_never_replaces_a_newer_attempts_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Attempt 1 has not seen the fence move (the check raced with attempt 2's start); what it
     # moves aside is checked after the move, and a newer attempt's checkpoint is put back.
-    older = CheckpointManager(tmp_path, rank=0, attempt=1)
-    older.save(b"older", 5)
-    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    older, newer = _attempts_one_and_two(tmp_path)
     newer.save(b"newer", 5)
     monkeypatch.setattr(checkpoint, "read_fence", lambda directory, lineage=None: 1)
     with pytest.raises(FencedOff) as fenced:
@@ -259,9 +264,7 @@ def test_an_overwrite_never_replaces_a_newer_attempts_checkpoint(
 def test_a_newer_attempt_starting_mid_save_fences_the_older_one_before_it_publishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    older = CheckpointManager(tmp_path, rank=0, attempt=1)
-    older.save(b"older", 5)
-    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    older, newer = _attempts_one_and_two(tmp_path)
     injector = Injector(monkeypatch)
     injector.hooks[injector.calls] = newer.start  # while attempt 1 writes its state file
     with pytest.raises(FencedOff):
@@ -276,9 +279,7 @@ def test_a_newer_attempts_clean_up_under_an_older_save_ends_it_fenced_not_crashe
 ) -> None:
     # Attempt 2 saves (and cleans up) while attempt 1 is writing: attempt 1's temporary directory
     # goes, its next write fails, and the failure is reported as what it is.
-    older = CheckpointManager(tmp_path, rank=0, attempt=1)
-    older.save(b"older", 5)
-    newer = CheckpointManager(tmp_path, rank=0, attempt=2)
+    older, newer = _attempts_one_and_two(tmp_path)
     injector = Injector(monkeypatch)
     injector.hooks[injector.calls + 1] = lambda: newer.save(b"newer", 6)  # after the state file
     with pytest.raises(FencedOff):

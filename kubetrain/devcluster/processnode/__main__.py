@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 from pathlib import Path
 
+from kubetrain.devcluster.process import run_until_stopped
 from kubetrain.devcluster.processnode.agent import Agent, Settings
 from kubetrain.kube.client import KubeClient
 
@@ -53,19 +52,7 @@ async def run(args: argparse.Namespace) -> None:
         fake_gpus=args.gpus,
         default_node=args.default_node,
     )
-    agent = Agent(settings, kube)
-    task = asyncio.create_task(agent.run())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    if task in done and task.exception():
-        raise task.exception()  # type: ignore[misc]
+    await run_until_stopped(Agent(settings, kube).run())
     await kube.close()
 
 

@@ -88,7 +88,20 @@ async def _key(lookup: Lookup, kind: str, namespace: str, ref: Obj) -> str | Non
 
 async def container_env(pod: Obj, container: Obj, lookup: Lookup) -> dict[str, str]:
     """The env a container's process gets from its spec (before node defaults and rewriting)."""
-    namespace = pod["metadata"]["namespace"]
+    env = await _env_from(pod["metadata"]["namespace"], container, lookup)
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "valueFrom" not in item:
+            env[name] = expand(str(item.get("value", "")), env)
+            continue
+        value = await _value_from(pod, container, name, item["valueFrom"], lookup)
+        if value is not None:
+            env[name] = value
+    return env
+
+
+async def _env_from(namespace: str, container: Obj, lookup: Lookup) -> dict[str, str]:
+    """What the container's ``envFrom`` ConfigMaps and Secrets give, prefixed."""
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:
         prefix = source.get("prefix", "")
@@ -103,23 +116,18 @@ async def container_env(pod: Obj, container: Obj, lookup: Lookup) -> dict[str, s
                 raise EnvError(f"{kind} {namespace}/{ref['name']} does not exist")
             for name, raw in (obj.get("data") or {}).items():
                 env[prefix + name] = base64.b64decode(raw).decode() if kind == "Secret" else str(raw)
-    for item in container.get("env") or []:
-        name = item["name"]
-        if "valueFrom" not in item:
-            env[name] = expand(str(item.get("value", "")), env)
-            continue
-        source = item["valueFrom"]
-        value: str | None
-        if "fieldRef" in source:
-            value = field_value(pod, source["fieldRef"]["fieldPath"])
-        elif "resourceFieldRef" in source:
-            value = resource_value(container, source["resourceFieldRef"])
-        elif "configMapKeyRef" in source:
-            value = await _key(lookup, "ConfigMap", namespace, source["configMapKeyRef"])
-        elif "secretKeyRef" in source:
-            value = await _key(lookup, "Secret", namespace, source["secretKeyRef"])
-        else:
-            raise EnvError(f"env {name}: unsupported valueFrom {sorted(source)}")
-        if value is not None:
-            env[name] = value
     return env
+
+
+async def _value_from(pod: Obj, container: Obj, name: str, source: Obj, lookup: Lookup) -> str | None:
+    """The value of env ``name`` from its ``valueFrom`` (None: an optional key that is not there)."""
+    namespace = pod["metadata"]["namespace"]
+    if "fieldRef" in source:
+        return field_value(pod, source["fieldRef"]["fieldPath"])
+    if "resourceFieldRef" in source:
+        return resource_value(container, source["resourceFieldRef"])
+    if "configMapKeyRef" in source:
+        return await _key(lookup, "ConfigMap", namespace, source["configMapKeyRef"])
+    if "secretKeyRef" in source:
+        return await _key(lookup, "Secret", namespace, source["secretKeyRef"])
+    raise EnvError(f"env {name}: unsupported valueFrom {sorted(source)}")

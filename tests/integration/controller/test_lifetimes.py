@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import HANG, Jobs, eventually, metric, pytorchjob, runs_for
-
-
-def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(c for c in job["status"]["conditions"] if c["type"] == ctype)
+from tests.support import HANG, Jobs, condition, eventually, metric, pytorchjob, runs_for
 
 
 async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any, jobs: Jobs) -> None:
@@ -27,14 +23,14 @@ async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any
     )
     await jobs.wait_condition("slow", "Running")
     job = await jobs.wait_condition("slow", "Failed", timeout=20)
-    failed = _condition(job, "Failed")
+    failed = condition(job, "Failed")
     assert failed["reason"] == "DeadlineExceeded"
     assert "active longer than the specified deadline of 4s" in failed["message"]
     await eventually(lambda: _no_pods(jobs, "slow"), what="the pods to be deleted (cleanPodPolicy All)")
 
 
 async def _no_pods(jobs: Jobs, name: str) -> bool:
-    return not [p for p in await jobs.pods(name) if not p.metadata.deletion_timestamp]
+    return not await jobs.live_pods(name)
 
 
 async def test_ttl_deletes_a_finished_job_on_time(controller: Any, jobs: Jobs, namespace: str) -> None:
