@@ -164,11 +164,15 @@ async def test_a_killed_worker_restarts_and_every_rank_resumes(
     await eventually(lambda: _has_checkpoint(host_dir, 60), timeout=120, what="a checkpoint at step >= 60")
     worker = await eventually(lambda: _process_of(namespace, "resilient-worker-0"), what="worker-0's process")
     reached = _latest_step(host_dir)
+    uids = {pod.metadata.name: pod.metadata.uid for pod in (await core.list_namespaced_pod(namespace)).items}
     worker.send_signal(signal.SIGKILL)
 
     job = await jobs.wait_condition("resilient", "Succeeded", timeout=240)
     assert job["status"]["restartCount"] >= 1
-    assert any(reason == "PyTorchJobRestarting" for _, reason, _ in await jobs.events("resilient"))
+    # OnFailure restarts containers in place, as upstream: the same pods, no Restarting state.
+    after = {pod.metadata.name: pod.metadata.uid for pod in (await core.list_namespaced_pod(namespace)).items}
+    assert after == uids
+    assert not any(reason == "PyTorchJobRestarting" for _, reason, _ in await jobs.events("resilient"))
     for pod in ["resilient-master-0", "resilient-worker-0", "resilient-worker-1"]:
         resumed = [int(m[2]) for m in RESUMED_LINE.finditer(await logs(core, namespace, pod))]
         assert resumed, f"{pod} did not resume from a checkpoint"
