@@ -41,6 +41,13 @@ jobs_restarted = Counter(
     _JOB_LABELS,
     registry=REGISTRY,
 )
+jobs_disrupted = Counter(
+    "kubetrain_jobs_disrupted_total",
+    "Pods of jobs stopped by a disruption (preemption, eviction, drain, node loss): recreated, not counted "
+    "as restarts.",
+    _JOB_LABELS,
+    registry=REGISTRY,
+)
 
 reconcile_total = Counter(
     "kubetrain_reconcile_total",

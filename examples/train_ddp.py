@@ -17,6 +17,11 @@ running on a node the cluster lost touch with) stops at its next write into
 the checkpoint directory: every rank exits with code 86
 (``kubetrain.checkpoint.EXIT_FENCED``) and rank 0 reports status ``fenced``.
 
+A pod asked to stop (SIGTERM: an eviction, a preemption, a node drain) does not
+lose the steps since the last checkpoint: every rank stops at the end of the
+same step (they agree on it each step) and rank 0 saves that step first, so the
+recreated pods resume where training was stopped.
+
     python examples/train_ddp.py --steps 200 --checkpoint-every 20
 """
 
@@ -216,6 +221,72 @@ def save(
         log(rank, "checkpoint saved", step=step, path=saved.path)
 
 
+def bookkeeper(
+    ckpt: CheckpointManager | None,
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    args: argparse.Namespace,
+    *,
+    attempt: int,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> Callable[[int, float], None] | None:
+    """What to do after each step (``after_step``), ready to call; None without checkpoints."""
+    if ckpt is None:
+        return None
+    metrics_file = ckpt.directory / "metrics.jsonl" if rank == 0 else None
+    if metrics_file is not None:
+        metrics_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def state() -> dict[str, Any]:
+        return {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
+
+    ckpt.save_on_termination(state)  # a disrupted pod saves the step it stopped at
+    return partial(
+        after_step,
+        ckpt,
+        state=state,
+        args=args,
+        attempt=attempt,
+        metrics_file=metrics_file,
+        rank=rank,
+        world=world,
+        device=device,
+    )
+
+
+def after_step(
+    ckpt: CheckpointManager,
+    step: int,
+    loss_value: float,
+    *,
+    state: Callable[[], dict[str, Any]],
+    args: argparse.Namespace,
+    attempt: int,
+    metrics_file: Path | None,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> None:
+    """The metrics line, the periodic checkpoint, and a stop (with a last save) when asked to end."""
+    if step % 10 == 0 or step == args.steps:
+        record = {"step": step, "loss": loss_value, "attempt": attempt}
+        unless_fenced(rank, world, device, partial(append_metrics, ckpt, metrics_file, record))
+    if step % args.checkpoint_every == 0 or step == args.steps:
+        save(ckpt, state(), step, loss=loss_value, rank=rank, world=world, device=device)
+    ckpt.end_of_step(step, stop=stop_requested(ckpt, world, device))
+
+
+def stop_requested(ckpt: CheckpointManager, world: int, device: torch.device) -> bool:
+    """Whether any rank was asked to terminate (its pod evicted, preempted, drained): all stop together."""
+    if world == 1:
+        return ckpt.termination_requested
+    flag = torch.tensor([1 if ckpt.termination_requested else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def finish(ckpt: CheckpointManager | None, world: int, metrics: dict[str, float]) -> None:
     """Report the final metrics, then leave the process group together."""
     if ckpt is not None:
@@ -244,10 +315,10 @@ def main() -> int:
     loss_fn = nn.CrossEntropyLoss()
 
     start = restore(ckpt, net.module if world > 1 else net, optimizer, rank=rank, world=world, device=device)
+
     attempt = int(os.environ.get("KUBETRAIN_ATTEMPT", "1") or 1)
-    metrics_file = Path(directory) / "metrics.jsonl" if directory and rank == 0 else None
-    if metrics_file is not None:
-        metrics_file.parent.mkdir(parents=True, exist_ok=True)
+    inner = net.module if world > 1 else net
+    keep = bookkeeper(ckpt, inner, optimizer, args, attempt=attempt, rank=rank, world=world, device=device)
     generator = torch.Generator().manual_seed(1000 + rank)
     loss_value = float("nan")
     for step in range(start + 1, args.steps + 1):
@@ -266,15 +337,10 @@ def main() -> int:
             time.sleep(args.step_seconds)
         if step % 10 == 0 or step == args.steps:
             log(rank, "training", step=step, loss=f"{loss_value:.4f}")
-            if ckpt is not None:
-                record = {"step": step, "loss": loss_value, "attempt": attempt}
-                unless_fenced(rank, world, device, partial(append_metrics, ckpt, metrics_file, record))
-        if ckpt is not None and (step % args.checkpoint_every == 0 or step == args.steps):
-            inner = net.module if world > 1 else net
-            state = {"model": inner.state_dict(), "optimizer": optimizer.state_dict()}
-            save(ckpt, state, step, loss=loss_value, rank=rank, world=world, device=device)
+        if keep is not None:
+            keep(step, loss_value)
 
-    accuracy = evaluate(net.module if world > 1 else net, x_test, y_test, device)
+    accuracy = evaluate(inner, x_test, y_test, device)
     log(rank, "done", step=args.steps, accuracy=f"{accuracy:.4f}", loss=f"{loss_value:.4f}")
     finish(ckpt, world, metrics={"accuracy": round(accuracy, 4), "loss": round(loss_value, 5)})
     return 0

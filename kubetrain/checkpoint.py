@@ -76,9 +76,10 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -94,6 +95,9 @@ MARKER = "COMPLETE"
 META = "meta.json"
 FENCE_DIR = ".fence"
 EXIT_FENCED = 86  # 1-127: a restart policy of ExitCode treats it as permanent, as it is
+EXIT_TERMINATED = 128 + int(
+    signal.SIGTERM
+)  # stopped for a disruption: retryable under ExitCode, as SIGTERM is
 MAX_REPORT_BYTES = 4096  # the kubelet keeps at most this much of a termination message
 STALE_SECONDS = 3600  # a temporary directory of this attempt untouched this long belongs to a dead save
 PUBLISH_TRIES = 5
@@ -461,6 +465,9 @@ class CheckpointManager:
         self._started = False
         self._report_installed = False
         self._reported = False
+        self._final_state: Callable[[], Any] | None = None
+        self._termination_wait = 20.0
+        self.termination_requested = False  # SIGTERM arrived after save_on_termination
 
     @property
     def rank(self) -> int:
@@ -762,18 +769,70 @@ class CheckpointManager:
         return target
 
     def install_report_on_exit(self) -> None:
-        """Write the report at exit (unless the script wrote its own) and on SIGTERM (then exit 143)."""
+        """Write the report at exit (unless the script wrote its own) and on SIGTERM (then exit 143).
+
+        After ``save_on_termination``, SIGTERM only asks the loop to stop at its next ``end_of_step``
+        (which saves one last checkpoint); without one within the wait, the process reports and exits.
+        """
         if self._report_installed:
             return
         self._report_installed = True
         atexit.register(lambda: None if self._reported else self.write_report(status="exited"))
         previous = signal.getsignal(signal.SIGTERM)
 
-        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        def exit_now(signum: int, frame: FrameType | None) -> None:
             self.write_report(status="interrupted")
             if callable(previous):
                 previous(signum, frame)
             os._exit(128 + signum)
 
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            if self._final_state is None:
+                exit_now(signum, frame)
+                return
+            if self.termination_requested:
+                return
+            self.termination_requested = True
+            print(
+                f"kubetrain.checkpoint: SIGTERM: stopping at the end of this step to save a last checkpoint "
+                f"(waiting at most {self._termination_wait:g}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            timer = threading.Timer(self._termination_wait, exit_now, (signum, None))
+            timer.daemon = True
+            timer.start()
+
         with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
             signal.signal(signal.SIGTERM, on_sigterm)
+
+    # -- stopping when the pod is disrupted -------------------------------------------------------
+    def save_on_termination(self, state: Callable[[], Any], *, wait: float = 20.0) -> None:
+        """On SIGTERM (a preemption, an eviction, a node drain), save ``state()`` as one last checkpoint.
+
+        SIGTERM can arrive in the middle of an optimizer step, when the model is half updated, so the
+        checkpoint is not written from the signal handler: the handler sets ``termination_requested``,
+        and the loop's next ``end_of_step(step)`` saves ``state()`` as checkpoint ``step`` and exits with
+        code 143. If no ``end_of_step`` comes within ``wait`` seconds (keep it below the pod's
+        ``terminationGracePeriodSeconds``), the process reports and exits without saving.
+        """
+        if wait <= 0:
+            raise ValueError(f"wait must be positive (got {wait})")
+        self._final_state = state
+        self._termination_wait = wait
+        self.install_report_on_exit()
+
+    def end_of_step(self, step: int, *, stop: bool | None = None) -> None:
+        """A point where the training state is consistent: if termination was requested, save there and exit.
+
+        ``stop`` overrides ``termination_requested``: a distributed script passes what its ranks agreed
+        (any rank's request, e.g. an all-reduce of the flag), so that every rank stops at the same step
+        and rank 0 saves it even when only another rank's pod was disrupted.
+        """
+        if not (self.termination_requested if stop is None else stop):
+            return
+        if self._final_state is not None and (self.last_saved is None or self.last_saved.step != step):
+            self.save(self._final_state(), step)
+        self.write_report(status="preempted")
+        print(f"kubetrain.checkpoint: stopped at step {step} for termination", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_TERMINATED)

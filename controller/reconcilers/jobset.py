@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
+from kubetrain.client.kinds import disruption_condition
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.indexedjob import (
     FAIL_INDEX,
@@ -206,6 +207,7 @@ class Observation:
     stale: list[Obj]  # pods of an earlier restart attempt, or outside the current shape
     terminating_stale: int
     counted: dict[str, int] = field(default_factory=dict)  # the per-pod bookkeeping to write back
+    disrupted: list[Obj] = field(default_factory=list)  # pods of this attempt the cluster is stopping
 
     @property
     def job_failures(self) -> dict[str, int]:
@@ -255,6 +257,7 @@ def observe(
     pod_failures: dict[str, int] = {}
     job_of: dict[str, ChildJob] = {}
     created: dict[str, list[str | None]] = {}
+    disrupted: list[Obj] = []
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
         labels = pod["metadata"].get("labels") or {}
         key = (labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX)))
@@ -270,6 +273,9 @@ def observe(
             continue
         created.setdefault(job.name, []).append(pod["metadata"].get("creationTimestamp"))
         counts = index_counts(pod)
+        if disruption_condition(pod) is not None and not _rules_disruptions(job.limits.pod_failure_policy):
+            disrupted.append(pod)  # the attempt restarts uncounted: its failure is not the pod's
+            continue
         if deleting:
             job.terminating[index] = pod
             _note(job, index, counts)
@@ -306,7 +312,17 @@ def observe(
         job_of[uid].failures += new
     for job in jobs.values():
         judge(job, now)
-    return Observation(list(jobs.values()), stale, terminating_stale, tally.counted)
+    return Observation(list(jobs.values()), stale, terminating_stale, tally.counted, disrupted)
+
+
+def _rules_disruptions(policy: Obj | None) -> bool:
+    """Whether a ``podFailurePolicy`` says itself what a disrupted pod does (a rule on ``DisruptionTarget``):
+    then the Job controller's rules apply, as upstream, instead of kubetrain's uncounted restart."""
+    return any(
+        pattern.get("type") == "DisruptionTarget"
+        for rule in (policy or {}).get("rules") or []
+        for pattern in rule.get("onPodConditions") or []
+    )
 
 
 def _note(job: ChildJob, index: int, counts: tuple[int, int]) -> None:

@@ -16,7 +16,10 @@ Failure semantics (docs/job-lifecycle.md):
   newer attempt of the job owns the checkpoint directory) fails the job at
   once, whatever the restart policy: restarting it could only be refused again.
 
-Every restart counts against ``runPolicy.backoffLimit``, whatever the policy.
+Every restart counts against ``runPolicy.backoffLimit``, whatever the policy,
+except a disruption: a pod the cluster stops for reasons of its own (its
+``DisruptionTarget`` condition: preempted, evicted, drained, its node gone) is
+recreated whatever its restart policy and counted in ``disruptions`` instead.
 """
 
 from __future__ import annotations
@@ -27,12 +30,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.checkpoint import EXIT_FENCED
+from kubetrain.client.kinds import disruption, disruption_condition
 from kubetrain.controller.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
 from kubetrain.controller.reconcilers.children import replica_of
 from kubetrain.controller.state import Obj
 
 FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off
 NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)
+
+
+@dataclass(frozen=True)
+class Disrupted:
+    """A pod of the job that the cluster is stopping (its ``DisruptionTarget`` condition)."""
+
+    replica_type: str
+    pod: Obj
+    condition: Obj
+
+    @property
+    def uid(self) -> str:
+        return str(self.pod["metadata"]["uid"])
+
+    @property
+    def why(self) -> str:
+        return disruption(self.pod) or "DisruptionTarget"
 
 
 @dataclass
@@ -42,9 +63,11 @@ class Observation:
     pods: PodsByReplica = field(default_factory=dict)
     counts: dict[str, ReplicaCounts] = field(default_factory=dict)
     to_restart: list[tuple[str, Obj]] = field(default_factory=list)
+    to_recreate: list[Obj] = field(default_factory=list)  # failed by a disruption: recreated uncounted
     permanent_failures: list[tuple[str, Obj, int]] = field(default_factory=list)
     fenced: list[str] = field(default_factory=list)  # names of pods fenced off their checkpoint dir
     out_of_range: list[Obj] = field(default_factory=list)
+    disrupted: list[Disrupted] = field(default_factory=list)  # live or terminating
     terminating: set[tuple[str, int]] = field(default_factory=set)
     pod_failures: dict[str, int] = field(default_factory=dict)  # uid -> restarts of the pod so far
     report: dict[str, Any] | None = None
@@ -130,6 +153,9 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             result.out_of_range.append(pod)
             continue
         replica = info.replicas[rtype]
+        disrupted = disruption_condition(pod)
+        if disrupted is not None:
+            result.disrupted.append(Disrupted(rtype, pod, disrupted))
         if pod["metadata"].get("deletionTimestamp"):
             result.terminating.add((rtype, index))
             continue
@@ -148,12 +174,7 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             counts["succeeded"] += 1
         elif phase == "Failed":
             counts["failed"] += 1
-            code = exit_code(pod, info.framework.api.default_container)
-            if is_retryable(replica.restart_policy, code):
-                result.to_restart.append((rtype, pod))
-                failures += 1  # the pod will be recreated: one more restart
-            else:
-                result.permanent_failures.append((rtype, pod, code))
+            failures += _failed(result, info, rtype, pod, disrupted=disrupted is not None)
         if failures:
             result.pod_failures[pod["metadata"]["uid"]] = failures
     result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}
@@ -161,6 +182,19 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
     # report (the last checkpoint) as it exits.
     result.report = rank0_report(info, pods)
     return result
+
+
+def _failed(result: Observation, info: JobInfo, rtype: str, pod: Obj, *, disrupted: bool) -> int:
+    """File a Failed pod as one to recreate, restart or fail the job for; the restarts that adds."""
+    code = exit_code(pod, info.framework.api.default_container)
+    if disrupted:
+        result.to_recreate.append(pod)  # not a failure of the pod: no restart counted
+    elif is_retryable(info.replicas[rtype].restart_policy, code):
+        result.to_restart.append((rtype, pod))
+        return 1  # the pod will be recreated: one more restart
+    else:
+        result.permanent_failures.append((rtype, pod, code))
+    return 0
 
 
 def rank0_report(info: JobInfo, pods: Iterable[Obj]) -> dict[str, Any] | None:

@@ -43,6 +43,7 @@ import yaml
 from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.client.kinds import disruption
 from kubetrain.controller import metrics
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
@@ -215,6 +216,50 @@ class TrainJobReconciler(JobReconciler):
             await self._run(ctx, info), Result(requeue_after=deadline) if deadline is not None else Result()
         )
 
+    async def _restart_or_fail(
+        self, ctx: _Pass, info: TrainJobInfo, obs: jobset.Observation, attempt: int
+    ) -> Result | None:
+        """Restart the attempt for a disruption (uncounted) or failed child Jobs (per ``failurePolicy``),
+        or fail the job; None when the attempt goes on."""
+        status = ctx.status
+        if obs.disrupted:
+            names = ", ".join(f"{p['metadata']['name']} ({disruption(p)})" for p in obs.disrupted)
+            status["disruptions"] = int(status.get("disruptions") or 0) + len(obs.disrupted)
+            metrics.jobs_disrupted.labels(info.namespace, _framework(info)).inc(len(obs.disrupted))
+            message = (
+                f"TrainJob {info.name}: stopped by a disruption: {names}; restarting all pods, not counted"
+            )
+            return await self._restart(ctx, info, attempt, "Disrupted", message, counts=False)
+        failed = [j for j in obs.jobs if j.failed]
+        if not failed:
+            return None
+        decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))
+        if not decision.restart:
+            await self._finish(ctx, info, False, decision.reason, decision.message)
+            return self._ttl_result(ctx)
+        metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
+        return await self._restart(ctx, info, attempt, "Restarting", decision.message, counts=decision.counts)
+
+    async def _restart(
+        self, ctx: _Pass, info: TrainJobInfo, attempt: int, reason: str, message: str, *, counts: bool
+    ) -> Result:
+        """Start restart attempt ``attempt + 1``: every pod goes, new ones get the attempt's label."""
+        status = ctx.status
+        status["restarts"] = attempt + 1
+        status["jobFailures"] = {}  # a new attempt: new child Jobs, new counts
+        status["countedPodRestarts"] = {}
+        for key in ("failedIndexes", "jobStartTimes"):
+            status.pop(key, None)
+        if counts:
+            status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
+        self.recorder.event(info.job, WARNING, reason, message)
+        log.info("trainjob %s restarting (attempt %d): %s", ctx.key, attempt + 1, message)
+        await self.write_status(ctx)
+        await self.writer.delete_all(
+            info.job, PODS, [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
+        )
+        return Result()
+
     async def _run(self, ctx: _Pass, info: TrainJobInfo) -> Result:
         status = ctx.status
         attempt = int(status.get("restarts") or 0)
@@ -248,27 +293,9 @@ class TrainJobReconciler(JobReconciler):
         if fenced is not None:
             await self._finish(ctx, info, False, *fenced)
             return self._ttl_result(ctx)
-        failed = [j for j in obs.jobs if j.failed]
-        if failed:
-            decision = jobset.on_job_failure(info, failed, int(status.get("restartsCountTowardsMax") or 0))
-            if not decision.restart:
-                await self._finish(ctx, info, False, decision.reason, decision.message)
-                return self._ttl_result(ctx)
-            status["restarts"] = attempt + 1
-            status["jobFailures"] = {}  # a new attempt: new child Jobs, new counts
-            status["countedPodRestarts"] = {}
-            for key in ("failedIndexes", "jobStartTimes"):
-                status.pop(key, None)
-            if decision.counts:
-                status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
-            metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
-            self.recorder.event(info.job, WARNING, "Restarting", decision.message)
-            log.info("trainjob %s restarting (attempt %d): %s", ctx.key, attempt + 1, decision.message)
-            await self.write_status(ctx)
-            await self.writer.delete_all(
-                info.job, PODS, [p for p in ctx.pods if not p["metadata"].get("deletionTimestamp")]
-            )
-            return Result()
+        stopped = await self._restart_or_fail(ctx, info, obs, attempt)
+        if stopped is not None:
+            return stopped
         if jobset.succeeded(info, obs):
             await self._finish(
                 ctx, info, True, "AllJobsCompleted", f"TrainJob {info.name} completed: every job succeeded"

@@ -22,7 +22,8 @@ The rules, in the order they apply (docs/job-lifecycle.md says them for users):
    replicas did); a newer attempt fenced it off its checkpoint directory; the
    backoff limit or the deadline is exceeded; a replica failed for good. A job
    that finishes is cleaned up only after its terminal status is written;
-5. a running job: ``Restarting`` while failed pods are recreated, else
+5. a running job: a pod stopped by a disruption is counted in ``disruptions``
+   (not as a restart) and its peers are stopped with it; ``Restarting`` while failed pods are recreated, else
    ``Running`` once its deciding replicas run (containers restarted in place
    are counted, and leave the job Running); create the missing pods and services, delete the
    pods to restart (after the status that counts them), and look again at the
@@ -77,7 +78,7 @@ class Event:
     message: str
 
 
-Counter = Literal["created", "restarted", "successful", "failed", "deleted"]
+Counter = Literal["created", "restarted", "disrupted", "successful", "failed", "deleted"]
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,7 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
 
     if new_restarts:
         d.counters.append(("restarted", new_restarts))
+    _count_disruptions(d, obs)
     if obs.to_restart:
         # Restarting means failed pods are being recreated, as upstream: a container the kubelet restarts
         # in place (a crash-looping OnFailure pod) counts against the backoff limit but leaves the job
@@ -405,9 +407,54 @@ def _permanent_failure(info: JobInfo, obs: Observation) -> tuple[str, str] | Non
     )
 
 
+def _count_disruptions(d: Decision, obs: Observation) -> None:
+    """Count each disrupted pod once, in ``disruptions`` (never in ``restartCount``), with an Event."""
+    kind, status = d.info.framework.api.kind, d.status
+    counted = set(status.pop("countedDisruptions", None) or [])
+    new = [x for x in obs.disrupted if x.uid not in counted]
+    if obs.disrupted:
+        status["countedDisruptions"] = sorted({x.uid for x in obs.disrupted})
+    if not new:
+        return
+    status["disruptions"] = int(status.get("disruptions") or 0) + len(new)
+    d.counters.append(("disrupted", len(new)))
+    for x in new:
+        message = (
+            f"{kind} {d.info.name}: pod {x.pod['metadata']['name']} is stopped by a disruption ({x.why}); "
+            "the job's pods are recreated, not counted toward backoffLimit"
+        )
+        d.events.append(Event(WARNING, f"{kind}Disrupted", message))
+
+
+def _peers_of_disrupted(obs: Observation, now: dt.datetime) -> list[Obj]:
+    """The pods that were running beside a disrupted pod when it was disrupted: they are stopped too.
+
+    The ranks of a distributed job cannot go on without the disrupted one: they would fail at their
+    next collective and count as restarts. So they are deleted (a finished one is kept) and every
+    replica is recreated. A replacement created in the same second as the disruption (timestamps have
+    whole seconds) may be deleted once more, which costs it nothing: it has not started training.
+    """
+    if not obs.disrupted:
+        return []
+    since = min(parse_time(x.condition.get("lastTransitionTime")) or now for x in obs.disrupted)
+    disrupted = {x.uid for x in obs.disrupted}
+    return [
+        pod
+        for pod in obs.pods.values()
+        if pod["metadata"]["uid"] not in disrupted
+        and pod.get("status", {}).get("phase") in ("Running", "Pending", None)
+        and (parse_time(pod["metadata"].get("creationTimestamp")) or now) <= since
+    ]
+
+
 def _plan(d: Decision, obs: Observation, setup: Setup) -> None:
     info = d.info
-    d.delete_pods = [*(pod for _, pod in obs.to_restart), *obs.out_of_range]
+    d.delete_pods = [
+        *(pod for _, pod in obs.to_restart),
+        *obs.to_recreate,
+        *_peers_of_disrupted(obs, d.now),
+        *obs.out_of_range,
+    ]
     existing_services = {
         s["metadata"]["name"]: s for s in d.services if not s["metadata"].get("deletionTimestamp")
     }

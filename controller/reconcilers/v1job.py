@@ -68,6 +68,7 @@ POD_GROUP_RETRY = 5.0  # seconds between looks at a pod group the scheduler has 
 COUNTERS = {
     "created": metrics.jobs_created,
     "restarted": metrics.jobs_restarted,
+    "disrupted": metrics.jobs_disrupted,
     "successful": metrics.jobs_successful,
     "failed": metrics.jobs_failed,
 }

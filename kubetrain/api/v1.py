@@ -134,7 +134,12 @@ class ReplicaStatus(ApiModel):
 class JobStatus(ApiModel):
     # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
     # without them would prune them and a job would never reach its backoff limit.
-    bookkeeping: ClassVar[tuple[str, ...]] = ("restartCount", "countedPodRestarts")
+    bookkeeping: ClassVar[tuple[str, ...]] = (
+        "restartCount",
+        "countedPodRestarts",
+        "disruptions",
+        "countedDisruptions",
+    )
 
     conditions: list[JobCondition] | None = None
     replica_statuses: dict[str, ReplicaStatus] | None = None
@@ -150,6 +155,14 @@ class JobStatus(ApiModel):
         None,
         description="kubetrain: per pod uid, the restarts of that pod already in restartCount (a failed pod "
         "to recreate counts one more than its container restarts), so no restart is counted twice",
+    )
+    disruptions: int | None = Field(
+        None,
+        description="kubetrain: pods stopped by a disruption (preemption, eviction, drain, node loss) so far; "
+        "they are recreated and never count toward runPolicy.backoffLimit",
+    )
+    counted_disruptions: list[str] | None = Field(
+        None, description="kubetrain: uids of disrupted pods still present that disruptions counts already"
     )
 
 

@@ -339,6 +339,7 @@ class TrainJobStatus(ApiModel):
     bookkeeping: ClassVar[tuple[str, ...]] = (
         "restarts",
         "restartsCountTowardsMax",
+        "disruptions",
         "jobFailures",
         "countedPodRestarts",
         "failedIndexes",
@@ -354,6 +355,12 @@ class TrainJobStatus(ApiModel):
     )
     restarts_count_towards_max: int | None = Field(
         None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
+    )
+    disruptions: int | None = Field(
+        None,
+        ge=0,
+        description="kubetrain: pods stopped by a disruption (preemption, eviction, drain, node loss) so far; "
+        "each restarts every pod without counting against failurePolicy.maxRestarts",
     )
     # The Job controller's failure counts, kept where a garbage-collected pod cannot take them back.
     job_failures: dict[str, int] | None = Field(

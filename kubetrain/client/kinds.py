@@ -65,14 +65,23 @@ def failure(job: Obj) -> tuple[str, str]:
     return "", ""
 
 
-def disruption(pod: Obj) -> str | None:
-    """Why a pod is being stopped by the cluster -- preempted, evicted, drained, its node going away --
-    from its ``DisruptionTarget`` condition (``reason: message``); None when nothing disrupts it."""
+def disruption_condition(pod: Obj) -> Obj | None:
+    """The pod's ``DisruptionTarget`` condition while it is true: the cluster is stopping the pod --
+    preempted, evicted, drained, its node going away -- for reasons of its own, not the pod's."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            words = [str(condition[k]) for k in ("reason", "message") if condition.get(k)]
-            return ": ".join(words) or "DisruptionTarget"
+            return dict(condition)
     return None
+
+
+def disruption(pod: Obj) -> str | None:
+    """Why the cluster is stopping a pod (``reason: message`` of its ``DisruptionTarget``); None when
+    nothing disrupts it."""
+    condition = disruption_condition(pod)
+    if condition is None:
+        return None
+    words = [str(condition[k]) for k in ("reason", "message") if condition.get(k)]
+    return ": ".join(words) or "DisruptionTarget"
 
 
 def rank0_selector(job: Obj, *, role: str | None = None, index: int = 0) -> str:
@@ -136,6 +145,8 @@ def status_line(job: Obj) -> str:
     restarts = status.get("restartCount") or status.get("restarts")
     if restarts:
         parts.append(f"restarts {restarts}")
+    if status.get("disruptions"):
+        parts.append(f"disruptions {status['disruptions']} (preempted, evicted or drained; not failures)")
     checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report(job).get(
         "last_checkpoint"
     )

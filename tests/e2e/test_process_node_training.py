@@ -374,3 +374,82 @@ async def _annotation(jobs: Jobs, name: str, key: str) -> str | None:
     job = await jobs.get(name)
     value = ((job or {}).get("metadata", {}).get("annotations") or {}).get(key)
     return str(value) if value else None
+
+
+async def _trained_to(core: client.CoreV1Api, namespace: str, pod: str, step: int) -> int:
+    """The last step ``pod`` logged, once it is at least ``step`` (else 0)."""
+    steps = [int(m[2]) for m in STEPS_LINE.finditer(await logs(core, namespace, pod))]
+    return max(steps, default=0) if max(steps, default=0) >= step else 0
+
+
+async def _disrupted_and_resumed(
+    jobs: Jobs, core: client.CoreV1Api, namespace: str, name: str, stopped_after: int, host_dir: Path
+) -> None:
+    """The job succeeds with the disruption counted, no restart counted, and every rank resumed from
+    the step the disrupted attempt stopped at (saved then: no periodic checkpoint is that early)."""
+    job = await jobs.wait_condition(name, "Succeeded", timeout=300)
+    assert job["status"].get("disruptions", 0) >= 1, job["status"]
+    assert job["status"].get("restartCount", 0) == 0, job["status"]
+    assert any(reason == "PyTorchJobDisrupted" for _, reason, _ in await jobs.events(name))
+    for pod in [f"{name}-master-0", f"{name}-worker-0"]:
+        resumed = [int(m[2]) for m in RESUMED_LINE.finditer(await logs(core, namespace, pod))]
+        assert resumed, f"{pod} did not resume from a checkpoint"
+        assert stopped_after <= resumed[0] < 1000, (pod, resumed, stopped_after)
+    saved = sorted(int(p.name.split("-")[1]) for p in host_dir.glob("step-*"))
+    assert resumed[0] in saved, saved
+
+
+async def test_an_evicted_master_saves_where_it_stopped_and_the_job_resumes_there_uncounted(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    await make_claim(core, namespace, "ckpt")
+    job = digits_job(
+        "evicted",
+        steps=400,
+        every=1000,
+        step_seconds=0.05,
+        workers=1,
+        claim="ckpt",
+        run_policy={"backoffLimit": 0},
+    )
+    await jobs.create(job)
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    reached = await eventually(
+        lambda: _trained_to(core, namespace, "evicted-master-0", 60),
+        timeout=180,
+        what="step 60 on the master",
+    )
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evicted-master-0", namespace=namespace))
+    await core.create_namespaced_pod_eviction("evicted-master-0", namespace, eviction)
+    await _disrupted_and_resumed(jobs, core, namespace, "evicted", reached, host_dir)
+
+
+async def test_a_drained_node_stops_the_job_which_resumes_where_it_stopped_once_uncordoned(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
+) -> None:
+    await make_claim(core, namespace, "ckpt")
+    job = digits_job(
+        "drained",
+        steps=400,
+        every=1000,
+        step_seconds=0.05,
+        workers=1,
+        claim="ckpt",
+        run_policy={"backoffLimit": 0},
+    )
+    await jobs.create(job)
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    reached = await eventually(
+        lambda: _trained_to(core, namespace, "drained-master-0", 60),
+        timeout=180,
+        what="step 60 on the master",
+    )
+    node = (await core.read_namespaced_pod("drained-master-0", namespace)).spec.node_name
+    try:
+        drained = await asyncio.to_thread(
+            kubectl, "drain", node, "--pod-selector=training.kubeflow.org/job-name=drained", "--timeout=90s"
+        )
+        assert drained.returncode == 0, drained.stderr
+    finally:
+        await asyncio.to_thread(kubectl, "uncordon", node)
+    await _disrupted_and_resumed(jobs, core, namespace, "drained", reached, host_dir)

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from kubetrain import checkpoint
 from kubetrain.checkpoint import (
     EXIT_FENCED,
+    EXIT_TERMINATED,
     STALE_SECONDS,
     CheckpointManager,
     Entry,
@@ -641,6 +643,72 @@ def test_sigterm_writes_an_interrupted_report_and_exits_143(tmp_path: Path) -> N
     assert proc.wait(10) == 143
     report = json.loads(log.read_text())
     assert (report["status"], report["step"]) == ("interrupted", 5)
+
+
+STOPS_AT_STEP_END = """
+import sys, time
+from kubetrain.checkpoint import CheckpointManager
+ckpt = CheckpointManager(sys.argv[1], rank=0)
+model = {"weights": 0}
+ckpt.save_on_termination(lambda: dict(model), wait=float(sys.argv[2]))
+print("ready", flush=True)
+for step in range(1, 10_000):
+    model["weights"] = step
+    time.sleep(0.01)
+    if sys.argv[3] == "cooperates":
+        ckpt.end_of_step(step)
+"""
+
+
+def _terminated(tmp_path: Path, *, wait: float, cooperates: bool) -> tuple[int, dict[str, Any], float]:
+    log = tmp_path / "termination-log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            STOPS_AT_STEP_END,
+            str(tmp_path / "ckpt"),
+            str(wait),
+            "cooperates" if cooperates else "not",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.terminate()
+    code = proc.wait(30)
+    return code, json.loads(log.read_text()), time.monotonic() - started
+
+
+def test_after_save_on_termination_sigterm_saves_the_step_it_stops_at(tmp_path: Path) -> None:
+    code, report, _ = _terminated(tmp_path, wait=20, cooperates=True)
+    assert code == EXIT_TERMINATED == 143
+    assert report["status"] == "preempted" and report["step"] > 1
+    ckpt = CheckpointManager(tmp_path / "ckpt", rank=0)
+    latest = ckpt.latest()
+    assert latest is not None and latest.step == report["step"]
+    assert ckpt.load(latest) == {"weights": report["step"]}  # the state at the end of that very step
+
+
+def test_a_loop_that_never_reaches_end_of_step_exits_after_the_wait_without_saving(tmp_path: Path) -> None:
+    code, report, took = _terminated(tmp_path, wait=1, cooperates=False)
+    assert code == 143 and report["status"] == "interrupted"
+    assert took >= 0.9
+    assert CheckpointManager(tmp_path / "ckpt", rank=0).latest() is None
+
+
+def test_end_of_step_does_nothing_until_asked_and_a_given_stop_overrides(tmp_path: Path) -> None:
+    ckpt = CheckpointManager(tmp_path, rank=1)  # not rank 0: stops without writing
+    ckpt.save_on_termination(lambda: b"state")
+    ckpt.end_of_step(3)
+    with pytest.raises(SystemExit) as stopped:
+        ckpt.end_of_step(4, stop=True)  # another rank was asked: every rank stops at this step
+    assert stopped.value.code == EXIT_TERMINATED and ckpt.latest() is None
+    with pytest.raises(ValueError, match="wait"):
+        ckpt.save_on_termination(lambda: b"", wait=0)
 
 
 def test_no_directory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

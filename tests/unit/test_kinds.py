@@ -39,6 +39,8 @@ def test_pods_the_api_server_forbids_are_in_the_status_line_while_the_controller
 def test_the_line_names_the_state_the_replicas_and_the_restarts() -> None:
     running = job(condition("Running"), replicaStatuses={"Worker": {"active": 2}}, restartCount=1)
     assert status_line(running) == "PyTorchJob team/mnist: Running; Worker active 2; restarts 1"
+    preempted = job(condition("Running"), restartCount=1, disruptions=2)
+    assert status_line(preempted).endswith("; disruptions 2 (preempted, evicted or drained; not failures)")
 
 
 def test_a_disruption_is_read_from_the_pods_disruption_target_condition() -> None:

@@ -149,6 +149,25 @@ def test_an_ignored_failure_is_not_counted_and_its_replacement_gets_a_new_name()
     assert annotations["batch.kubernetes.io/job-index-ignored-failure-count"] == "3"
 
 
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_disrupted_pod_restarts_the_attempt_uncounted_unless_a_rule_names_disruptions(
+    deleted: bool,
+) -> None:
+    info = info_with({"backoffLimit": 0}, nodes=2)
+    pods = Pods(info)
+    evicted, peer = pods.create(0), pods.create(1)
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    if deleted:
+        evicted["metadata"]["deletionTimestamp"] = stamp(0)
+        evicted["status"]["conditions"] = [condition]
+    else:
+        pods.fail(evicted, 143, [condition])
+    obs = pods.observe()
+    assert obs.disrupted == [evicted]
+    assert not only(obs).failed and only(obs).failures == 0
+    assert peer in only(obs).live.values()
+
+
 def test_backoff_limit_per_index_fails_an_index_and_the_job_once_every_index_finished() -> None:
     info = info_with({"backoffLimitPerIndex": 1})
     pods = Pods(info)

@@ -52,6 +52,7 @@ class Cluster:
             self.services.pop(service["metadata"]["name"], None)
         for pod in d.create_pods:
             pod["metadata"]["uid"] = f"pod-{next(_uids)}"
+            pod["metadata"]["creationTimestamp"] = v1.rfc3339(self.now)
             pod["status"] = {"phase": "Pending"}
             self.pods[pod["metadata"]["name"]] = pod
         for service in d.create_services:
@@ -257,6 +258,80 @@ def test_a_crash_looping_on_failure_pod_keeps_the_job_running_as_upstream_does()
         assert "Restarting" not in [c[0] for c in cluster.conditions()]
         assert "PyTorchJobRestarting" not in events(d)
     assert cluster.job["status"]["restartCount"] == 4, "every restart still counts"
+
+
+# -- disruptions -------------------------------------------------------------------------------------
+def _disrupt(cluster: Cluster, pod: str, *, deleted: bool, reason: str = "EvictionByEvictionAPI") -> None:
+    """What the API server does to a pod it evicts (deleted) or the kubelet to one it preempts (Failed)."""
+    target = cluster.pods[pod]
+    target["status"].setdefault("conditions", []).append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": "Eviction API: evicting",
+            "lastTransitionTime": v1.rfc3339(cluster.now),
+        }
+    )
+    if deleted:
+        target["metadata"]["deletionTimestamp"] = v1.rfc3339(cluster.now)
+    else:
+        cluster.set(pod, "Failed", code=137)
+        target["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": reason,
+                "lastTransitionTime": v1.rfc3339(cluster.now),
+            }
+        ]
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Never", "ExitCode"])
+def test_a_disrupted_pod_is_recreated_without_counting_a_restart_whatever_its_policy(policy: str) -> None:
+    cluster = running(pytorchjob("pre", workers=2, restart_policy=policy, run_policy={"backoffLimit": 0}))
+    first_worker = cluster.pods["pre-worker-1"]["metadata"]["uid"]
+    _disrupt(cluster, "pre-worker-1", deleted=False, reason="PreemptionByScheduler")
+    d = cluster.step()
+    assert d.finish is None, d.finish
+    assert cluster.job["status"]["disruptions"] == 1 and cluster.job["status"]["restartCount"] == 0
+    assert ("disrupted", 1) in d.counters and ("restarted", 1) not in d.counters
+    assert "PyTorchJobDisrupted" in events(d) and "PreemptionByScheduler" in d.events[-1].message
+    # Its peers, running beside it, go too: they could not go on without it.
+    assert sorted(p["metadata"]["name"] for p in d.delete_pods) == [
+        "pre-master-0",
+        "pre-worker-0",
+        "pre-worker-1",
+    ]
+    again = cluster.step()
+    assert sorted(cluster.pods) == ["pre-master-0", "pre-worker-0", "pre-worker-1"]
+    assert cluster.pods["pre-worker-1"]["metadata"]["uid"] != first_worker
+    assert "PyTorchJobDisrupted" not in events(again) and cluster.job["status"]["disruptions"] == 1
+    assert "countedDisruptions" not in cluster.job["status"]
+    assert not cond_true(cluster, "Restarting")
+
+
+def test_an_evicted_pod_is_counted_once_while_it_terminates_and_new_pods_are_left_alone() -> None:
+    cluster = running(pytorchjob("ev", workers=1, run_policy={"backoffLimit": 0}))
+    _disrupt(cluster, "ev-master-0", deleted=True)
+    d = cluster.step()
+    assert [p["metadata"]["name"] for p in d.delete_pods] == ["ev-worker-0"]
+    assert cluster.job["status"]["disruptions"] == 1
+    # The master takes its grace period to save and stop; its worker's replacement is created meanwhile.
+    cluster.step(5)
+    assert "ev-worker-0" in cluster.pods and "ev-master-0" in cluster.pods
+    later = cluster.step(5)
+    assert later.delete_pods == [] and cluster.job["status"]["disruptions"] == 1
+    del cluster.pods["ev-master-0"]  # gone at last
+    cluster.step()
+    assert "ev-master-0" in cluster.pods and cluster.job["status"]["restartCount"] == 0
+    assert "countedDisruptions" not in cluster.job["status"]
+
+
+def cond_true(cluster: Cluster, ctype: str) -> bool:
+    return any(
+        c["type"] == ctype and c["status"] == "True" for c in cluster.job["status"].get("conditions", [])
+    )
 
 
 # -- TFJob: replica keys in any case, dynamic workers ------------------------------------------------------
