@@ -78,11 +78,12 @@ import socket
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
@@ -468,6 +469,7 @@ class CheckpointManager:
         self._final_state: Callable[[], Any] | None = None
         self._termination_wait = 20.0
         self.termination_requested = False  # SIGTERM arrived after save_on_termination
+        self.error: tuple[str, str] | None = None  # the uncaught exception: (Type: message, traceback tail)
 
     @property
     def rank(self) -> int:
@@ -747,6 +749,8 @@ class CheckpointManager:
             report["resumed_from_step"] = self.resumed_from.step
         if self.fenced_by is not None:
             report["fenced_by"] = str(self.fenced_by)
+        if self.error is not None:
+            report["error"], report["traceback"] = self.error
         return report
 
     def write_report(
@@ -777,7 +781,23 @@ class CheckpointManager:
         if self._report_installed:
             return
         self._report_installed = True
-        atexit.register(lambda: None if self._reported else self.write_report(status="exited"))
+        atexit.register(
+            lambda: (
+                None
+                if self._reported
+                else self.write_report(status="exited" if self.error is None else "failed")
+            )
+        )
+        previous_hook = sys.excepthook
+
+        def on_exception(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+            # What the script died of goes into the report, so the job's failure can name it.
+            lines = "".join(traceback.format_exception(kind, error, tb)).rstrip("\n").splitlines()
+            message = traceback.format_exception_only(kind, error)[-1].strip()[:512]
+            self.error = (message, "\n".join(lines[-20:])[-2048:])  # the report must fit MAX_REPORT_BYTES
+            previous_hook(kind, error, tb)
+
+        sys.excepthook = on_exception
         previous = signal.getsignal(signal.SIGTERM)
 
         def exit_now(signum: int, frame: FrameType | None) -> None:

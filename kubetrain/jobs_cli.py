@@ -466,6 +466,23 @@ def _read(file: Path) -> str:
         fail(f"cannot read {file}: {exc.strerror}", EXIT_USAGE)
 
 
+def _describe_first_failure(job: Obj) -> None:
+    """The replica that failed first (``status.firstFailure``), with the last lines it wrote."""
+    first = (job.get("status") or {}).get("firstFailure")
+    if not first:
+        return
+    where = f"{first.get('replicaType')} {first.get('index')} (pod {first.get('pod')}"
+    where += f" on node {first['node']}" if first.get("node") else ""
+    where += f" at {first['time']})" if first.get("time") else ")"
+    code = f", exit code {first['exitCode']}" if first.get("exitCode") is not None else ""
+    console.print(f"[bold]First failure:[/] {where}{code}", highlight=False)
+    console.print(f"  {first.get('category')}: {first.get('summary')}", highlight=False, markup=False)
+    if first.get("logTail"):
+        console.print("  last lines it wrote:", highlight=False)
+        for line in str(first["logTail"]).splitlines():
+            console.print(f"    {line}", highlight=False, markup=False)
+
+
 def _describe(client: JobClient, job: Obj) -> None:
     meta, status = job["metadata"], job.get("status") or {}
     console.print(
@@ -502,6 +519,11 @@ def _describe(client: JobClient, job: Obj) -> None:
     console.print(f"[bold]Last checkpoint:[/] {checkpoint or '-'}")
     if report:
         console.print(f"[bold]Training report:[/] {json.dumps(report, sort_keys=True)}", highlight=False)
+    _describe_first_failure(job)
+    if status.get("disruptions"):
+        console.print(
+            f"[bold]Disruptions:[/] {status['disruptions']} (preempted, evicted or drained; not failures)"
+        )
     pods = Table(
         "POD", "PHASE", "RESTARTS", "NODE", box=None, header_style="bold", title="Pods", title_justify="left"
     )

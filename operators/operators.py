@@ -767,7 +767,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self._client = self._connection_info.client()
         status = event.get("status")
         if event.get("logs"):
-            self.log.info("last lines of rank 0's log:\n%s", event["logs"])
+            self.log.info("last lines of %s's log:\n%s", event.get("logs_of", "rank 0"), event["logs"])
         if status == "success":
             job = event["job"]
             result = self._result(job)
@@ -784,6 +784,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                         event.get("reason", ""),
                         event.get("message", ""),
                         event.get("logs", ""),
+                        event.get("logs_of", "rank 0"),
                     )
                 )
             )

@@ -100,7 +100,11 @@ class TrainingJobSensor(BaseSensorOperator):
             raise AirflowException(
                 str(
                     JobFailedError(
-                        self.name, event.get("reason", ""), event.get("message", ""), event.get("logs", "")
+                        self.name,
+                        event.get("reason", ""),
+                        event.get("message", ""),
+                        event.get("logs", ""),
+                        event.get("logs_of", "rank 0"),
                     )
                 )
             )

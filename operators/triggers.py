@@ -474,13 +474,16 @@ class JobTrigger(BaseTrigger):
         raise AssertionError("unreachable")
 
     async def _finished(self, job: Obj, shared: SharedJobWatch) -> Obj:
-        logs = ""
-        if self.get_logs and shared.client is not None:
-            logs = await shared.client.logs(job, tail=LOG_TAIL, quiet=True)
+        client = shared.client if self.get_logs else None
         if kinds.state(job) == "Succeeded":
+            logs = await client.logs(job, tail=LOG_TAIL, quiet=True) if client is not None else ""
             return self._event("success", job, logs=logs)
         reason, message = kinds.failure(job)
-        return self._event("failed", job, logs=logs, reason=reason, message=message)
+        # The replica that failed first, named by the controller, is in the job: no log to fetch for it.
+        whose, logs = kinds.first_failure_log(job) or ("rank 0", "")
+        if not logs and client is not None:
+            whose, logs = await client.failure_logs(job)
+        return self._event("failed", job, logs=logs, logs_of=whose, reason=reason, message=message)
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed or cleared it (Airflow 3.3+): stop the job."""

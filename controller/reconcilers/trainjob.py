@@ -44,10 +44,11 @@ from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.client.kinds import disruption
-from kubetrain.controller import metrics
+from kubetrain.controller import diagnosis, metrics
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.plugins.gpu import GpuPlugin
+from kubetrain.controller.plugins.logtail import LogTailPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.reconcilers.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
@@ -431,6 +432,11 @@ class TrainJobReconciler(JobReconciler):
     ) -> None:
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
         cond.remove(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
+        if not complete:
+            first = diagnosis.first_failure(_replicas(ctx.pods), containers=reason != "DeadlineExceeded")
+            if first is not None:
+                ctx.status["firstFailure"] = first.as_status()
+                message = f"{message}; {first.describe()}"
         CONDITIONS.set(
             ctx.status,
             COMPLETE if complete else FAILED,
@@ -556,7 +562,7 @@ class TrainJobReconciler(JobReconciler):
         return trainjob_gang(info.gang_policy, self.settings.gang)
 
     def _plugins(self, gang: GangScheduler | None) -> list[PodPlugin]:
-        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin(), LogTailPlugin()]
         if gang is not None:
             plugins.append(TrainJobGangPlugin(gang))
         return plugins
@@ -639,3 +645,14 @@ def _framework_of(runtime: Obj) -> str:
 
 def _framework(info: TrainJobInfo | None) -> str:
     return "trainjob" if info is None else _framework_of(info.runtime)
+
+
+def _replicas(pods: list[Obj]) -> list[tuple[str, int, Obj]]:
+    """``(replicated job, completion index, pod)`` of the pods of the current attempt, for the diagnosis."""
+    found = []
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        rjob, index = labels.get(naming.JOBSET_REPLICATED_JOB), labels.get(naming.JOB_COMPLETION_INDEX)
+        if rjob and index and index.isdigit() and not pod["metadata"].get("deletionTimestamp"):
+            found.append((rjob, int(index), pod))
+    return sorted(found, key=lambda f: (f[0], f[1]))

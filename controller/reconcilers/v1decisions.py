@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kubetrain import naming
+from kubetrain.controller import diagnosis
 from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, replica_labels
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
@@ -49,6 +50,7 @@ from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
 from kubetrain.controller.reconcilers.observe import (
+    FENCED,
     NO_EXIT_CODE,
     Observation,
     fenced_failure,
@@ -60,6 +62,7 @@ from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube.events import NORMAL, WARNING
 
 CONDITIONS = cond.V1
+DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 class Phase(enum.Enum):
@@ -264,7 +267,15 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
         or _permanent_failure(info, obs)
     )
     if failure is not None:
-        _finish(d, succeeded=False, reason=failure[0], message=failure[1])
+        reason, message = failure
+        first = diagnosis.first_failure(
+            ((rtype, index, pod) for (rtype, index), pod in sorted(obs.pods.items())),
+            containers=reason != DEADLINE_EXCEEDED,
+        )
+        if first is not None and reason != FENCED:
+            status["firstFailure"] = first.as_status()
+            message = f"{message}; {first.describe()}"
+        _finish(d, succeeded=False, reason=reason, message=message)
         _cleanup(d, setup, finished=True)
         return d
     if succeeded:
@@ -381,7 +392,7 @@ def _limit_exceeded(d: Decision) -> tuple[str, str] | None:
     started = parse_time(status.get("startTime"))
     if deadline is not None and started is not None and (d.now - started).total_seconds() >= int(deadline):
         return (
-            "DeadlineExceeded",
+            DEADLINE_EXCEEDED,
             f"{kind} {info.name} has failed because it was active longer than the "
             f"specified deadline of {deadline}s",
         )

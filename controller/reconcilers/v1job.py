@@ -36,6 +36,7 @@ from kubetrain.controller.frameworks.base import Framework
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
+from kubetrain.controller.plugins.logtail import LogTailPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
 from kubetrain.controller.reconcilers.v1decisions import (
@@ -86,7 +87,7 @@ class V1JobReconciler(JobReconciler):
         self.resource = framework.api.resource
         self.name = framework.api.singular
         self.pod_groups = pod_groups
-        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
+        plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin(), LogTailPlugin()]
         if settings.gang is not None:
             plugins.append(GangPlugin(settings.gang))
         self.setup = Setup(

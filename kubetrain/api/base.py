@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 K8S_REF = "x-kubetrain-k8s-ref"
@@ -51,3 +51,21 @@ def rules(*items: dict[str, str], **extra: Any) -> dict[str, Any]:
 
 def int_or_string() -> dict[str, Any]:
     return {"x-kubernetes-int-or-string": True}
+
+
+class FirstFailure(ApiModel):
+    """kubetrain: the replica whose failure came first, for ``status.firstFailure`` of a failed job."""
+
+    replica_type: str = Field(description="the replica type (v1) or replicated job (TrainJob)")
+    index: int = Field(description="the replica index (v1) or child Job index (TrainJob)")
+    pod: str
+    node: str | None = None
+    time: str | None = Field(None, description="when its container ended")
+    exit_code: int | None = None
+    reason: str | None = Field(None, description="the kubelet's or the scheduler's reason")
+    category: str = Field(
+        description="OOMKilled, GPUOutOfMemory, CommunicationFailure, CUDAError, PythonException, Signalled, "
+        "ExitCode, ImagePull, Unschedulable, Disrupted or Evicted"
+    )
+    summary: str = Field(description="one line: the exception, the error line, the scheduler's message")
+    log_tail: str | None = Field(None, description="the last lines that container wrote")

@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_snake
 
 from kubetrain import naming
 from kubetrain.api import kinds
-from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
+from kubetrain.api.base import ApiModel, FirstFailure, cel, k8s_ref, rules
 from kubetrain.api.kinds import JAXJOB, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, V1Kind
 
 GROUP: Final = kinds.KUBEFLOW_GROUP
@@ -163,6 +163,9 @@ class JobStatus(ApiModel):
     )
     counted_disruptions: list[str] | None = Field(
         None, description="kubetrain: uids of disrupted pods still present that disruptions counts already"
+    )
+    first_failure: FirstFailure | None = Field(
+        None, description="kubetrain: the replica that failed first, and why (set when the job fails)"
     )
 
 

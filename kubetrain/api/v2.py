@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field
 
 from kubetrain import naming
 from kubetrain.api import kinds
-from kubetrain.api.base import ApiModel, cel, k8s_ref, rules
+from kubetrain.api.base import ApiModel, FirstFailure, cel, k8s_ref, rules
 
 GROUP: Final = kinds.TRAINER_GROUP
 VERSION: Final = kinds.TRAINER_VERSION
@@ -355,6 +355,9 @@ class TrainJobStatus(ApiModel):
     )
     restarts_count_towards_max: int | None = Field(
         None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
+    )
+    first_failure: FirstFailure | None = Field(
+        None, description="kubetrain: the node that failed first, and why (set when the job fails)"
     )
     disruptions: int | None = Field(
         None,

@@ -428,9 +428,16 @@ class AsyncJobClient:
         """Return a finished job that succeeded; raise ``JobFailedError`` (with rank 0's log tail) otherwise."""
         if kinds.state(job) == "Failed":
             reason, message = kinds.failure(job)
-            logs = await self.logs(job, tail=LOG_TAIL, quiet=True)
-            raise JobFailedError(job["metadata"]["name"], reason, message, logs)
+            whose, logs = await self.failure_logs(job)
+            raise JobFailedError(job["metadata"]["name"], reason, message, logs, whose)
         return job
+
+    async def failure_logs(self, job: Obj) -> tuple[str, str]:
+        """``(whose, lines)`` of a failed job: the replica that failed first's, else rank 0's log tail."""
+        first = kinds.first_failure_log(job)
+        if first is not None:
+            return first
+        return "rank 0", await self.logs(job, tail=LOG_TAIL, quiet=True)
 
     async def _pending_hint(self, job: Obj | None) -> str:
         if job is None:

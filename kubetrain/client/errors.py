@@ -20,16 +20,18 @@ class JobNotFoundError(JobError):
 
 
 class JobFailedError(JobError):
-    """The job ended Failed: its reason, its message and the last lines of rank 0's log."""
+    """The job ended Failed: its reason, its message and the last lines of the log of the replica that
+    failed first (``whose``; rank 0's when the controller named none)."""
 
-    def __init__(self, name: str, reason: str, message: str, logs: str = "") -> None:
+    def __init__(self, name: str, reason: str, message: str, logs: str = "", whose: str = "rank 0") -> None:
         self.name = name
         self.reason = reason
         self.message = message
         self.logs = logs
+        self.whose = whose
         text = f"job {name} failed ({reason}): {message}"
         if logs:
-            text += "\nlast log lines of rank 0:\n" + logs
+            text += f"\nlast log lines of {whose}:\n" + logs
         super().__init__(text)
 
 

@@ -65,6 +65,16 @@ def failure(job: Obj) -> tuple[str, str]:
     return "", ""
 
 
+def first_failure_log(job: Obj) -> tuple[str, str] | None:
+    """``(whose, lines)``: the last lines the replica that failed first wrote, from the failed job's
+    ``status.firstFailure``; None when the controller named none (upstream's, or no container failed)."""
+    first = (job.get("status") or {}).get("firstFailure") or {}
+    if not first.get("logTail"):
+        return None
+    whose = f"{first.get('replicaType')} {first.get('index')} ({first.get('pod')}), which failed first"
+    return whose, str(first["logTail"])
+
+
 def disruption_condition(pod: Obj) -> Obj | None:
     """The pod's ``DisruptionTarget`` condition while it is true: the cluster is stopping the pod --
     preempted, evicted, drained, its node going away -- for reasons of its own, not the pod's."""

@@ -645,6 +645,32 @@ def test_sigterm_writes_an_interrupted_report_and_exits_143(tmp_path: Path) -> N
     assert (report["status"], report["step"]) == ("interrupted", 5)
 
 
+DIES = """
+import sys
+from kubetrain.checkpoint import CheckpointManager
+ckpt = CheckpointManager(sys.argv[1], rank=0)
+ckpt.install_report_on_exit()
+ckpt.save(b"x", 7)
+{}["labels"]
+"""
+
+
+def test_the_exception_a_script_dies_of_is_in_its_report(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    done = subprocess.run(
+        [sys.executable, "-c", DIES, str(tmp_path / "ckpt")],
+        env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1 and "KeyError: 'labels'" in done.stderr  # the traceback is still printed
+    report = json.loads(log.read_text())
+    assert (report["status"], report["step"], report["error"]) == ("failed", 7, "KeyError: 'labels'")
+    assert report["traceback"].startswith("Traceback (most recent call last):")
+    assert report["traceback"].endswith("KeyError: 'labels'")
+
+
 STOPS_AT_STEP_END = """
 import sys, time
 from kubetrain.checkpoint import CheckpointManager

@@ -135,13 +135,38 @@ def test_a_never_policy_worker_failing_fails_the_job_naming_the_pod_and_code() -
     assert failed["reason"] == "PyTorchJobFailed"
     assert failed["message"] == (
         "PyTorchJob broken has failed because 1 Worker replica(s) failed: broken-worker-1 exited with code 3 "
-        "(restartPolicy Never)"
+        "(restartPolicy Never); first failure: Worker 1 (pod broken-worker-1): exit code 3, ExitCode: exited "
+        "with code 3"
     )
     assert cluster.conditions()[-1][0] == "Failed"
     assert d.finish is not None and d.finish.counter == "failed"
     assert sorted(p["metadata"]["name"] for p in d.cleanup_pods) == ["broken-master-0", "broken-worker-0"], (
         "a failed job keeps no running pod"
     )
+
+
+def test_a_failed_job_names_the_replica_that_failed_first_with_its_category_and_log_tail() -> None:
+    cluster = running(pytorchjob("oom", workers=2, run_policy={"backoffLimit": 0}))
+    traceback = "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"
+    cluster.set("oom-master-0", "Failed", code=1)
+    cluster.set("oom-worker-1", "Failed", code=1)
+    for name, at, text in [
+        ("oom-master-0", "2026-01-01T12:00:09Z", "NCCL timeout waiting for rank 2"),
+        ("oom-worker-1", "2026-01-01T12:00:05Z", traceback),
+    ]:
+        terminated = cluster.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]
+        terminated.update(finishedAt=at, message=text)
+        cluster.pods[name]["spec"]["nodeName"] = "gpu-3"
+    cluster.step()
+    failed = cluster.condition("Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"].endswith(
+        "; first failure: Worker 1 (pod oom-worker-1 on node gpu-3 at 2026-01-01T12:00:05Z): exit code 1, "
+        "GPUOutOfMemory: torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"
+    )
+    first = cluster.job["status"]["firstFailure"]
+    assert (first["replicaType"], first["index"], first["category"]) == ("Worker", 1, "GPUOutOfMemory")
+    assert first["logTail"] == traceback
 
 
 def test_master_success_wins_over_a_worker_failure_seen_together() -> None:
