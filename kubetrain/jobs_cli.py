@@ -250,7 +250,7 @@ def finish(client: JobClient, job: Obj) -> NoReturn:
             + (f": {metrics}" if metrics else "")
         )
         raise typer.Exit(EXIT_OK)
-    client.check(job)  # raises JobFailedError with the reason and rank 0's last log lines
+    client.check(job)  # raises JobFailedError with the reason and the first failed replica's last lines
     raise typer.Exit(EXIT_FAILED)
 
 
