@@ -290,7 +290,9 @@ def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
         metrics={k: float(v) for k, v in (report.get("metrics") or {}).items() if isinstance(v, int | float)},
         report=report,
     )
-    jobs.check(final)  # a failed job raises JobFailedError: its reason and the first failed replica's last lines
+    jobs.check(
+        final
+    )  # a failed job raises JobFailedError: its reason and the first failed replica's last lines
     _log(
         f"{kind} {name} {result.state}; last checkpoint {result.last_checkpoint or '-'}; metrics {result.metrics}"
     )

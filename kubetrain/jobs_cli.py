@@ -33,6 +33,7 @@ import typer
 import yaml
 from kubernetes_asyncio.client import ApiException
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kubetrain import naming
@@ -60,7 +61,7 @@ Timeout = Annotated[float | None, typer.Option(help="Seconds to wait at most (de
 
 
 def fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False)  # log lines hold [brackets]
     raise typer.Exit(code)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import re
 import signal
@@ -234,14 +235,11 @@ async def test_a_deadline_ends_a_long_job_and_keeps_its_checkpoints(
     await make_claim(core, namespace, "ckpt")
     await jobs.create(
         digits_job(
-            "endless",
-            steps=100_000,
-            every=10,
-            step_seconds=0.05,
-            claim="ckpt",
-            run_policy={"activeDeadlineSeconds": 25, "cleanPodPolicy": "Running"},
+            "endless", steps=100_000, every=10, step_seconds=0.05, claim="ckpt",
+            run_policy={"cleanPodPolicy": "Running"},
         )
-    )
+    )  # fmt: skip
+    await deadline_after_a_checkpoint(jobs, core, namespace, "endless")
     job = await jobs.wait_condition("endless", "Failed", timeout=120)
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "DeadlineExceeded"
@@ -301,16 +299,15 @@ async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
     where attempt 1 got to."""
     await make_claim(core, namespace, "ckpt")
     if failure == "DeadlineExceeded":
-        first = digits_job(
-            "run", steps=100_000, every=10, step_seconds=0.05, workers=1, claim="ckpt",
-            run_policy={"activeDeadlineSeconds": 15},
-        )  # fmt: skip
+        first = digits_job("run", steps=100_000, every=10, step_seconds=0.05, workers=1, claim="ckpt")
     else:  # fails at step 35 on attempt 1 only: each restart resumes from step 30 and fails again
         first = digits_job(
             "run", steps=60, every=10, workers=1, claim="ckpt", extra_args=("--fail-at-step=35",),
             run_policy={"backoffLimit": 1},
         )  # fmt: skip
     await jobs.create(first)
+    if failure == "DeadlineExceeded":
+        await deadline_after_a_checkpoint(jobs, core, namespace, "run")
     failed = await jobs.wait_condition("run", "Failed", timeout=300)
     assert next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["reason"] == failure
 
@@ -343,11 +340,27 @@ async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
     reported = (await jobs.get("run") or {})["metadata"]["annotations"]["kubetrain.dev/last-checkpoint"]
     resumed_from = int(reported.rsplit("-", 1)[1])  # attempt 1's last checkpoint, where attempt 2 began
     second = [r["step"] for r in records if r["attempt"] == 2]
-    assert second == sorted(set(second)) and second[0] == resumed_from + 10, (resumed_from, second)
+    # attempt 1 saved where its deadline stopped it; attempt 2 records every 10 steps from there
+    assert second == sorted(set(second)) and second[0] == (resumed_from // 10 + 1) * 10, (
+        resumed_from,
+        second,
+    )
     published = [e for e in checkpoint.scan(host_dir) if e.kind == "step" and e.complete]
     assert max(published, key=lambda e: e.step).attempt == 2
     assert all(e.step <= resumed_from for e in published if e.attempt == 1)
     assert checkpoint.read_fence(host_dir, "run") == 2
+
+
+async def deadline_after_a_checkpoint(jobs: Jobs, core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """Once the job has a checkpoint, give it a deadline 15 s away: it fails by its deadline after
+    it trained, however long its processes took to start (a resumed attempt gets as long)."""
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    await eventually(lambda: _has_checkpoint(host_dir, 10), timeout=180, what="a checkpoint at step >= 10")
+    job = await jobs.get(name)
+    assert job is not None
+    started = dt.datetime.fromisoformat(job["status"]["startTime"].replace("Z", "+00:00"))
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    await jobs.patch(name, {"spec": {"runPolicy": {"activeDeadlineSeconds": int(elapsed) + 15}}})
 
 
 async def _attempts_training(namespace: str) -> set[str]:
@@ -378,7 +391,11 @@ async def _annotation(jobs: Jobs, name: str, key: str) -> str | None:
 
 async def _trained_to(core: client.CoreV1Api, namespace: str, pod: str, step: int) -> int:
     """The last step ``pod`` logged, once it is at least ``step`` (else 0)."""
-    steps = [int(m[2]) for m in STEPS_LINE.finditer(await logs(core, namespace, pod))]
+    try:
+        text = await logs(core, namespace, pod)
+    except client.ApiException:
+        return 0  # not started yet
+    steps = [int(m[2]) for m in STEPS_LINE.finditer(text)]
     return max(steps, default=0) if max(steps, default=0) >= step else 0
 
 

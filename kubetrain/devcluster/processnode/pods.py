@@ -87,6 +87,7 @@ class PodWorker:
         self.start_time = _now()
         self.conditions: dict[str, Obj] = {}
         self.deleting = asyncio.Event()
+        self.grace = 30.0  # the grace period of the deletion, once there is one
         self.gpus: list[str] = []
         self.mounts: dict[str, list[tuple[str, str]]] = {}
         self._dirty = asyncio.Event()
@@ -204,8 +205,8 @@ class PodWorker:
     async def _run_once(self, spec: Obj, state: ContainerState) -> int | None:
         """Start the container and wait for it to end; None when it could not start before deletion."""
         run = await self._prepare_run(spec, state)
-        if run is None:
-            return None
+        if run is None or self.deleting.is_set():
+            return None  # the pod is being deleted: a restart must not outlive it
         try:
             await run.start()
         except OSError as exc:
@@ -225,6 +226,9 @@ class PodWorker:
             }
             return 127
         state.runs.append(run)
+        if self.deleting.is_set():  # deleted while it started: ``terminate`` may have missed it
+            await run.stop(self.grace)
+            return None
         state.state, state.started, state.ready = {"running": {"startedAt": run.started_at}}, True, True
         self._refresh_readiness()
         if self.phase == "Pending" and spec in (self.pod["spec"].get("containers") or []):
@@ -372,11 +376,15 @@ class PodWorker:
         if self.deleting.is_set():
             return
         self.deleting.set()
+        self.grace = grace
         runs = [c.runs[-1] for c in [*self.inits, *self.mains] if c.runs]
         await asyncio.gather(*(run.stop(grace) for run in runs))
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._task, 5)
+        # A container restarted in place while the others stopped: no process outlives its pod.
+        late = [c.runs[-1] for c in [*self.inits, *self.mains] if c.runs and c.runs[-1] not in runs]
+        await asyncio.gather(*(run.stop(0) for run in late))
         for state in self.mains:
             if "running" in state.state or "waiting" in state.state:
                 code = (
