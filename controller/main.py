@@ -124,7 +124,7 @@ class Manager:
         options = self.options
         settings = options.settings()
         await preflight.warn_about_webhooks(self.kube)
-        self.recorder = EventRecorder(self.kube, "kubetrain-controller")
+        self.recorder = EventRecorder(self.kube.with_own_budget(), "kubetrain-controller")
         self.recorder.start()
         indexes = {OWNER_INDEX: controller_owner_uid}
         common: dict[str, Any] = {"namespace": options.namespace, "watch_timeout": options.watch_timeout}
