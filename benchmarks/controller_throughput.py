@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -42,7 +43,7 @@ from rich.table import Table
 
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB
-from kubetrain.controller import frameworks
+from kubetrain.controller import cached, frameworks
 from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
@@ -86,6 +87,7 @@ class Run:
     requests: dict[str, int] = field(default_factory=dict)
     qps: float | None = None  # the client-side budget: the floor is children to create / qps
     rss_by_pods: list[tuple[int, float]] = field(default_factory=list)  # (pods created, RSS MiB)
+    cache_mib: dict[str, float] = field(default_factory=dict)  # the children's cache, by what it keeps
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -197,8 +199,27 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
     result.makespan = clock.last_success - started
     result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
     await clock.informer.stop()
+    result.cache_mib = await cache_footprint(kube, namespace)
     await _drop_namespace(kube, namespace)
     return result
+
+
+async def cache_footprint(kube: KubeClient, namespace: str) -> dict[str, float]:
+    """MiB that the controller's pod and service caches hold for this namespace's children, with
+    every object as the API server sends it and as the controller keeps it (``tracemalloc``)."""
+    footprint: dict[str, float] = {}
+    for resource, keep in ((PODS, cached.pod), (SERVICES, cached.service)):
+        for label, transform in (("as sent", None), ("as cached", keep)):
+            informer = Informer(kube, resource, namespace=namespace, transform=transform)
+            tracemalloc.start()
+            task = informer.start()
+            await informer.wait_synced()
+            size, _ = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            await informer.stop()
+            footprint[f"{resource.plural} {label}"] = round(size / 2**20, 1)
+            del task, informer
+    return footprint
 
 
 def _free_port() -> int:
@@ -453,6 +474,13 @@ def report(runs: list[Run]) -> str:
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
+    for r in runs:
+        if r.cache_mib:
+            held = ", ".join(f"{k} {v:g} MiB" for k, v in r.cache_mib.items())
+            lines.append(
+                f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
+            )
+            console.print(lines[-1].strip())
     return "\n".join(lines) + "\n"
 
 
