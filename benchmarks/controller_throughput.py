@@ -491,6 +491,9 @@ def plot(runs: list[Run], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = sorted({(r.jobs, r.pods_per_job) for r in runs})
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = list(dict.fromkeys(r.name for r in runs))
+    color = {name: palette[i % len(palette)] for i, name in enumerate(names)}  # one per configuration
     fig, axes = plt.subplots(1, len(sizes) + 1, figsize=(6 * (len(sizes) + 1), 4), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=False):
         for r in (r for r in runs if (r.jobs, r.pods_per_job) == size):
@@ -499,6 +502,7 @@ def plot(runs: list[Run], path: Path) -> None:
                 ordered,
                 [(i + 1) / len(ordered) for i in range(len(ordered))],
                 where="post",
+                color=color[r.name],
                 label=f"{r.name} (makespan {r.makespan:.1f}s)",
             )
         ax.set_title(f"{size[0]} jobs × {size[1]} pods: submit → all pods created")
@@ -510,7 +514,7 @@ def plot(runs: list[Run], path: Path) -> None:
     for r in runs:
         if r.rss_by_pods and r.jobs == sizes[-1][0]:
             pods, rss = zip(*r.rss_by_pods, strict=True)
-            memory.plot(pods, rss, label=r.name)
+            memory.plot(pods, rss, color=color[r.name], label=r.name)
     memory.set_title(f"RSS while {sizes[-1][0]} jobs × {sizes[-1][1]} pods are created")
     memory.set_xlabel("pods created")
     memory.set_ylabel("RSS (MiB)")

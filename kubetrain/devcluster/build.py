@@ -152,10 +152,10 @@ def upstream_operator(console: Console | None = None) -> Path:
     Only the controller benchmark runs it, side by side with kubetrain's controller; unlike the control
     plane it is a plain Go module, so ``go install module/cmd/...@version`` builds exactly the release.
     """
-    out = paths.bin_dir() / UPSTREAM_OPERATOR_BINARY
+    module, version = UPSTREAM_TRAINING_OPERATOR
+    out = paths.bin_dir() / f"{UPSTREAM_OPERATOR_BINARY}-{version}"  # a new release is a new binary
     if os.access(out, os.X_OK):
         return out
-    module, version = UPSTREAM_TRAINING_OPERATOR
     (console or Console(stderr=True)).print(f"building {module}@{version} (once; several minutes)")
     paths.bin_dir().mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
@@ -178,6 +178,7 @@ def upstream_operator(console: Console | None = None) -> Path:
             f"building {module}@{version} failed (go install exited {done.returncode}); check the Go "
             f"module proxy is reachable and retry; last output:\n{done.stderr[-3000:]}"
         )
+    (paths.bin_dir() / UPSTREAM_OPERATOR_BINARY).replace(out)
     return out
 
 
