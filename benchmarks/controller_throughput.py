@@ -1,14 +1,21 @@
 """Controller throughput: J PyTorchJobs of 1 Master + W Workers submitted at once, on kwok GPU nodes.
 
-Measured for kubetrain's controller, and in the same run for a bare parallel creator that writes the
-same pods and services with no controller logic at all (the floor any controller pays to the API
-server and kwok):
+Side by side on one dev cluster, each configuration starting on a quiet cluster (the namespace of the
+run before it gone):
 
-* per-job latency from submit to all of its pods created (p50, p95);
-* makespan from the first submit to every job Succeeded (baseline: every pod Succeeded);
-* the controller's CPU seconds and peak RSS, and its API requests by verb.
+* a bare parallel creator that writes the same pods and services with no controller logic at all (the
+  floor any controller pays to the API server and kwok);
+* the upstream Go operator, training-operator v1.8.1 (``go install``-ed into the binary cache on first
+  use), whose client budget controller-runtime fixes at QPS 20 / burst 30;
+* kubetrain's controller at that budget, and unlimited.
 
-Usage: python benchmarks/controller_throughput.py --jobs 50 --workers 3 [--jobs 300 ...]
+Measured: per-job latency from submit to all of its pods created (p50, p95); makespan from the first
+submit to every job Succeeded (bare: every pod Succeeded); the operator's CPU seconds, peak RSS, RSS
+against pods created, and its API requests per job by verb, read from its own client metrics
+(``kubetrain_kube_api_requests_total``, client-go's ``rest_client_requests_total``).
+
+Usage: python benchmarks/controller_throughput.py [--jobs 50 --jobs 300] [--workers 3]
+Sizes also come from $KUBETRAIN_BENCH_JOBS (comma-separated: 50,300,2000).
 Results go to benchmarks/results/controller_throughput.{json,md,png}.
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -23,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,21 +41,35 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB
-from kubetrain.controller import frameworks
+from kubetrain.controller import cached, frameworks
 from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers.children import build_pod, build_service
-from kubetrain.devcluster import build
+from kubetrain.devcluster import build, pki
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
-from kubetrain.kube.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
+from kubetrain.kube.resources import (
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    VALIDATING_WEBHOOKS,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 RUN_FOR = "3s"
+THREADS = 8  # reconcile workers of every operator
+UPSTREAM_NAMESPACE = "kubeflow"
+UPSTREAM_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed by the upstream operator
+SIZES_ENV = "KUBETRAIN_BENCH_JOBS"
+UPSTREAM_QPS, UPSTREAM_BURST = 20.0, 30  # what controller-runtime gives the upstream operator
 console = Console()
 
 
@@ -61,6 +85,9 @@ class Run:
     cpu_seconds: float | None = None
     peak_rss_mib: float | None = None
     requests: dict[str, int] = field(default_factory=dict)
+    qps: float | None = None  # the client-side budget: the floor is children to create / qps
+    rss_by_pods: list[tuple[int, float]] = field(default_factory=list)  # (pods created, RSS MiB)
+    cache_mib: dict[str, float] = field(default_factory=dict)  # the children's cache, by what it keeps
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -75,13 +102,14 @@ def manifest(name: str, workers: int) -> dict[str, Any]:
             "template": {
                 "metadata": {"annotations": {"sim.kubetrain.dev/run-duration": RUN_FOR}},
                 "spec": {
+                    "tolerations": [dict(naming.GPU_TOLERATION)],  # the upstream operator adds none
                     "containers": [
                         {
                             "name": "pytorch",
                             "image": "example.com/train:1",
                             "resources": {"limits": {"nvidia.com/gpu": "1"}},
                         }
-                    ]
+                    ],
                 },
             },
         }
@@ -92,6 +120,14 @@ def manifest(name: str, workers: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)}},
     }
+
+
+async def _drop_namespace(kube: KubeClient, name: str) -> None:
+    """Delete a run's namespace and wait until it is gone, so the next run starts on a quiet cluster
+    (one started while thousands of pods are still being deleted takes far longer)."""
+    await kube.delete(NAMESPACES, name)
+    while await kube.get(NAMESPACES, name) is not None:
+        await asyncio.sleep(1)
 
 
 async def _namespace(kube: KubeClient, name: str) -> None:
@@ -163,8 +199,27 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
     result.makespan = clock.last_success - started
     result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
     await clock.informer.stop()
-    await kube.delete(NAMESPACES, namespace)
+    result.cache_mib = await cache_footprint(kube, namespace)
+    await _drop_namespace(kube, namespace)
     return result
+
+
+async def cache_footprint(kube: KubeClient, namespace: str) -> dict[str, float]:
+    """MiB that the controller's pod and service caches hold for this namespace's children, with
+    every object as the API server sends it and as the controller keeps it (``tracemalloc``)."""
+    footprint: dict[str, float] = {}
+    for resource, keep in ((PODS, cached.pod), (SERVICES, cached.service)):
+        for label, transform in (("as sent", None), ("as cached", keep)):
+            informer = Informer(kube, resource, namespace=namespace, transform=transform)
+            tracemalloc.start()
+            task = informer.start()
+            await informer.wait_synced()
+            size, _ = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            await informer.stop()
+            footprint[f"{resource.plural} {label}"] = round(size / 2**20, 1)
+            del task, informer
+    return footprint
 
 
 def _free_port() -> int:
@@ -173,38 +228,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _scrape_requests(port: int) -> dict[str, int]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    by_verb: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith("kubetrain_kube_api_requests_total{"):
-            labels, value = line.rsplit(" ", 1)
-            verb = labels.split('verb="')[1].split('"')[0]
-            by_verb[verb] = by_verb.get(verb, 0) + int(float(value))
-    return by_verb
+@dataclass(frozen=True)
+class Operator:
+    """A controller under test: how to start it on one namespace, and how it counts its API requests."""
+
+    name: str
+    argv: Callable[[str, int], list[str]]  # (namespace, metrics port) -> the command
+    started: str  # a line of its log that says its workers run
+    requests_metric: str  # its client's request counter
+    verb_label: str
+    qps: float | None  # its client-side budget (None: unlimited)
 
 
-def _proc_stats(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) and peak RSS in MiB of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    peak = next(
-        int(line.split()[1])
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if line.startswith("VmHWM:")
-    )
-    return cpu, peak / 1024
-
-
-async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers: int, qps: float) -> Run:
-    namespace = f"bench-ctrl-{jobs}x{workers + 1}-{int(time.time())}"
-    await _namespace(kube, namespace)
-    result = Run(f"kubetrain controller (qps {qps:g})", jobs, workers + 1)
-    port = _free_port()
-    log = Path(tempfile.gettempdir()) / f"{namespace}.log"
-    proc = subprocess.Popen(
-        [
+def kubetrain_operator(qps: float, burst: int) -> Operator:
+    def argv(namespace: str, port: int) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "kubetrain",
@@ -213,26 +251,135 @@ async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers:
             "--namespace",
             namespace,
             "--workers",
-            "8",
+            str(THREADS),
             "--kube-api-qps",
             str(qps),
             "--kube-api-burst",
-            str(max(1, int(qps * 2))),
+            str(burst),
             "--metrics-bind-address",
             f"127.0.0.1:{port}",
             "--health-probe-bind-address",
             "0",
-        ],
+        ]
+
+    budget = f"qps {qps:g}, burst {burst}" if qps > 0 else "unlimited"
+    return Operator(
+        f"kubetrain ({budget})",
+        argv,
+        "controller started",
+        "kubetrain_kube_api_requests_total",
+        "verb",
+        qps if qps > 0 else None,
+    )
+
+
+def upstream_operator() -> Operator:
+    """training-operator v1.8.1; controller-runtime fixes its client at QPS 20, burst 30."""
+    binary = build.upstream_operator(console)
+
+    def argv(namespace: str, port: int) -> list[str]:
+        return [
+            str(binary),
+            "--namespace",
+            namespace,
+            "--enable-scheme",
+            "pytorchjob",
+            "--controller-threads",
+            str(THREADS),
+            "--metrics-bind-address",
+            f"127.0.0.1:{port}",
+            "--health-probe-bind-address",
+            f"127.0.0.1:{_free_port()}",
+            "--webhook-server-port",
+            str(_free_port()),
+        ]
+
+    version = build.UPSTREAM_TRAINING_OPERATOR[1]
+    return Operator(
+        f"upstream training-operator {version} (Go; qps 20, burst 30)",
+        argv,
+        "Starting workers",
+        "rest_client_requests_total",
+        "method",
+        20.0,
+    )
+
+
+async def prepare_upstream(kube: KubeClient) -> None:
+    """What the upstream operator needs before it starts workers, with no kubelet to mount its cert
+    Secret: its namespace, the Secret and webhook configuration its cert rotator fills, and a real
+    certificate in the directory it serves the webhook from (it exits on anything but PEM)."""
+    for resource, body, namespace in (
+        (NAMESPACES, {"metadata": {"name": UPSTREAM_NAMESPACE}}, None),
+        (SECRETS, {"metadata": {"name": "training-operator-webhook-cert"}}, UPSTREAM_NAMESPACE),
+        (VALIDATING_WEBHOOKS, {"metadata": {"name": "validator.training-operator.kubeflow.org"}}, None),
+    ):
+        with contextlib.suppress(errors.APIConflictError):
+            await kube.create(resource, body, namespace)
+    UPSTREAM_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    pki.write_self_signed(
+        name="training-operator",
+        cert_path=UPSTREAM_CERT_DIR / "tls.crt",
+        key_path=UPSTREAM_CERT_DIR / "tls.key",
+    )
+
+
+def _scrape_requests(port: int, operator: Operator) -> dict[str, int]:
+    """The operator's API requests so far, by verb (its watches and lists are GETs)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    by_verb: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith(operator.requests_metric + "{"):
+            labels, value = line.rsplit(" ", 1)
+            verb = labels.split(f'{operator.verb_label}="')[1].split('"')[0]
+            by_verb[verb] = by_verb.get(verb, 0) + int(float(value))
+    return by_verb
+
+
+def _proc_stats(pid: int) -> tuple[float, float, float]:
+    """CPU seconds (user + system), RSS and peak RSS in MiB of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+    )
+    return cpu, int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+
+async def start_operator(
+    operator: Operator, kubeconfig: Path, namespace: str, port: int
+) -> subprocess.Popen[bytes]:
+    """Start the operator on ``namespace``; return once its log says its workers run."""
+    log = Path(tempfile.gettempdir()) / f"{namespace}.log"
+    proc = subprocess.Popen(
+        operator.argv(namespace, port),
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
+    for _ in range(600):
+        if operator.started in log.read_text() or proc.poll() is not None:
+            break
+        await asyncio.sleep(0.1)
+    if operator.started not in log.read_text():
+        proc.terminate()
+        proc.wait(30)
+        raise RuntimeError(f"{operator.name} did not start; its log ({log}) ends:\n{log.read_text()[-3000:]}")
+    return proc
+
+
+async def run_operator(
+    kube: KubeClient, kubeconfig: Path, operator: Operator, jobs: int, workers: int
+) -> Run:
+    namespace = f"bench-{operator.name.split()[0].lower()}-{jobs}x{workers + 1}-{int(time.time())}"
+    await _namespace(kube, namespace)
+    result = Run(operator.name, jobs, workers + 1, qps=operator.qps)
+    port = _free_port()
+    proc = await start_operator(operator, kubeconfig, namespace, port)
     try:
-        for _ in range(300):
-            if "controller started" in log.read_text():
-                break
-            await asyncio.sleep(0.1)
-        cpu_at_start, _ = _proc_stats(proc.pid)  # start-up (imports, cache sync) is not throughput
+        cpu_at_start, _, _ = _proc_stats(proc.pid)  # start-up (imports, cache sync) is not throughput
+        requests_at_start = _scrape_requests(port, operator)
         clock = PodClock(kube, namespace, workers + 1)
         clock.informer.start()
         await clock.informer.wait_synced()
@@ -248,9 +395,6 @@ async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers:
                 submitted[name] = time.monotonic()
                 await kube.create(PYTORCHJOB.resource, manifest(name, workers), namespace)
 
-        started = time.monotonic()
-        await asyncio.gather(*(submit(j) for j in range(jobs)))
-
         def done() -> int:
             return sum(
                 1
@@ -261,51 +405,68 @@ async def run_controller(kube: KubeClient, kubeconfig: Path, jobs: int, workers:
                 )
             )
 
+        async def sample_memory() -> None:
+            while True:
+                _, rss, _ = _proc_stats(proc.pid)
+                result.rss_by_pods.append((sum(len(p) for p in clock.created.values()), rss))
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.create_task(sample_memory())
+        started = time.monotonic()
+        await asyncio.gather(*(submit(j) for j in range(jobs)))
         while done() < jobs:
             await asyncio.sleep(0.05)
         result.makespan = time.monotonic() - started
+        sampler.cancel()
         result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
-        cpu_at_end, result.peak_rss_mib = _proc_stats(proc.pid)
+        cpu_at_end, _, result.peak_rss_mib = _proc_stats(proc.pid)
         result.cpu_seconds = cpu_at_end - cpu_at_start
-        result.requests = _scrape_requests(port)
+        requests = _scrape_requests(port, operator)
+        result.requests = {verb: n - requests_at_start.get(verb, 0) for verb, n in requests.items()}
         await clock.informer.stop()
         await jobs_informer.stop()
     finally:
         proc.terminate()
         proc.wait(30)
-    await kube.delete(NAMESPACES, namespace)
+    await _drop_namespace(kube, namespace)
     return result
 
 
+def _ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}" if base else "-"
+
+
 def report(runs: list[Run]) -> str:
-    table = Table(
+    columns = (
         "configuration",
         "jobs × pods",
-        "p50 create latency",
-        "p95 create latency",
-        "makespan",
+        "p50 create latency (s)",
+        "p95 create latency (s)",
+        "makespan (s)",
         "vs bare",
-        "controller CPU s",
-        "peak RSS MiB",
-        "API requests by verb",
-        title="controller throughput",
+        "vs upstream",
+        "vs floor",
+        "CPU (s)",
+        "peak RSS (MiB)",
+        "API requests per job by verb",
     )
-    lines = [
-        "| configuration | jobs × pods | p50 create latency (s) | p95 create latency (s) | makespan (s) | "
-        "makespan vs bare | controller CPU (s) | peak RSS (MiB) | API requests by verb |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    baselines = {(r.jobs, r.pods_per_job): r.makespan for r in runs if r.name.startswith("bare")}
+    table = Table(*columns, title="controller throughput")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    bare = {(r.jobs, r.pods_per_job): r.makespan for r in runs if r.name.startswith("bare")}
+    upstream = {(r.jobs, r.pods_per_job): r.makespan for r in runs if r.name.startswith("upstream")}
     for r in runs:
-        ratio = r.makespan / baselines[(r.jobs, r.pods_per_job)]
-        verbs = ", ".join(f"{k} {v}" for k, v in sorted(r.requests.items())) or "-"
+        size = (r.jobs, r.pods_per_job)
+        floor = 2 * r.jobs * r.pods_per_job / r.qps if r.qps else None  # a pod and a service per replica
+        verbs = ", ".join(f"{k} {v / r.jobs:.2f}" for k, v in sorted(r.requests.items())) or "-"
         cells = [
             r.name,
             f"{r.jobs} × {r.pods_per_job}",
             f"{r.percentile(0.5):.2f}",
             f"{r.percentile(0.95):.2f}",
             f"{r.makespan:.1f}",
-            f"{ratio:.2f}",
+            _ratio(r.makespan, bare.get(size)),
+            _ratio(r.makespan, upstream.get(size)),
+            _ratio(r.makespan, floor),
             f"{r.cpu_seconds:.1f}" if r.cpu_seconds is not None else "-",
             f"{r.peak_rss_mib:.0f}" if r.peak_rss_mib is not None else "-",
             verbs,
@@ -313,6 +474,13 @@ def report(runs: list[Run]) -> str:
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
+    for r in runs:
+        if r.cache_mib:
+            held = ", ".join(f"{k} {v:g} MiB" for k, v in r.cache_mib.items())
+            lines.append(
+                f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
+            )
+            console.print(lines[-1].strip())
     return "\n".join(lines) + "\n"
 
 
@@ -323,47 +491,73 @@ def plot(runs: list[Run], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = sorted({(r.jobs, r.pods_per_job) for r in runs})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4), squeeze=False)
-    for ax, size in zip(axes[0], sizes, strict=True):
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = list(dict.fromkeys(r.name for r in runs))
+    color = {name: palette[i % len(palette)] for i, name in enumerate(names)}  # one per configuration
+    fig, axes = plt.subplots(1, len(sizes) + 1, figsize=(6 * (len(sizes) + 1), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=False):
         for r in (r for r in runs if (r.jobs, r.pods_per_job) == size):
             ordered = sorted(r.latencies)
             ax.step(
                 ordered,
                 [(i + 1) / len(ordered) for i in range(len(ordered))],
                 where="post",
+                color=color[r.name],
                 label=f"{r.name} (makespan {r.makespan:.1f}s)",
             )
         ax.set_title(f"{size[0]} jobs × {size[1]} pods: submit → all pods created")
         ax.set_xlabel("seconds")
         ax.set_ylabel("fraction of jobs")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right")
+    memory = axes[0][-1]
+    for r in runs:
+        if r.rss_by_pods and r.jobs == sizes[-1][0]:
+            pods, rss = zip(*r.rss_by_pods, strict=True)
+            memory.plot(pods, rss, color=color[r.name], label=r.name)
+    memory.set_title(f"RSS while {sizes[-1][0]} jobs × {sizes[-1][1]} pods are created")
+    memory.set_xlabel("pods created")
+    memory.set_ylabel("RSS (MiB)")
+    memory.grid(alpha=0.3)
+    memory.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def operators(args: argparse.Namespace) -> list[Operator]:
+    chosen = [
+        upstream_operator(),
+        kubetrain_operator(UPSTREAM_QPS, UPSTREAM_BURST),
+        kubetrain_operator(args.qps, max(1, int(args.qps * 2))),
+    ]
+    return [o for o in chosen if o.name.split()[0] in args.only] if args.only else chosen
 
 
 async def measure(args: argparse.Namespace, kubeconfig: Path) -> list[Run]:
     kube = await KubeClient.from_kubeconfig(str(kubeconfig))
     runs: list[Run] = []
+    chosen = operators(args)
     try:
+        await prepare_upstream(kube)
         for jobs in args.jobs:
-            with console.status(f"{jobs} jobs × {args.workers + 1} pods: bare parallel creator"):
-                runs.append(await run_baseline(kube, jobs, args.workers))
-            with console.status(f"{jobs} jobs × {args.workers + 1} pods: kubetrain controller"):
-                runs.append(await run_controller(kube, kubeconfig, jobs, args.workers, args.qps))
-            console.print(
-                f"  done: {jobs} jobs; bare {runs[-2].makespan:.1f}s, controller {runs[-1].makespan:.1f}s"
-            )
+            size = f"{jobs} jobs × {args.workers + 1} pods"
+            if not args.only or "bare" in args.only:
+                with console.status(f"{size}: bare parallel creator"):
+                    runs.append(await run_baseline(kube, jobs, args.workers))
+            for operator in chosen:
+                with console.status(f"{size}: {operator.name}"):
+                    runs.append(await run_operator(kube, kubeconfig, operator, jobs, args.workers))
+                console.print(f"  {size}: {operator.name} {runs[-1].makespan:.1f}s")
     finally:
         await kube.close()
     return runs
 
 
-def start_cluster(args: argparse.Namespace) -> DevCluster:
+def start_cluster(jobs: list[int], workers: int) -> DevCluster:
     """A dev cluster with enough simulated GPU nodes (110 pods each) for the largest run."""
     build.build(console=console)
     cluster = DevCluster(Path(tempfile.mkdtemp(prefix="kubetrain-bench-")) / "state")
-    nodes_needed = max(args.jobs) * (args.workers + 1) // 100 + 2
+    nodes_needed = max(jobs) * (workers + 1) // 100 + 2
     cluster.up(ClusterOptions(gpu_nodes=nodes_needed, gpus_per_node=110, cpu_nodes=1), console=console)
     subprocess.run(
         [str(build.binary_path("kubectl")), "apply", "--server-side", "-f", str(REPO / "deploy/crds")],
@@ -379,27 +573,40 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--jobs", type=int, action="append", help="jobs per run (repeatable; default 50 and 300)"
+        "--jobs",
+        type=int,
+        action="append",
+        help=f"jobs per run (repeatable; default ${SIZES_ENV} or 50 and 300)",
     )
     parser.add_argument("--workers", type=int, default=3, help="workers per job (plus one master)")
     parser.add_argument(
-        "--qps", type=float, default=0, help="controller --kube-api-qps (0: unlimited, like the bare creator)"
+        "--qps", type=float, default=0, help="the second kubetrain run's --kube-api-qps (0: unlimited)"
     )
-    parser.add_argument("--kubeconfig", help="use this cluster instead of starting a dev cluster")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="run only these configurations (bare, upstream, kubetrain; repeatable)",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="use this cluster (with deploy/crds applied) instead of starting one"
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the results go")
     args = parser.parse_args()
-    args.jobs = args.jobs or [50, 300]
-    cluster = None if args.kubeconfig else start_cluster(args)
+    sizes = os.environ.get(SIZES_ENV, "")
+    args.jobs = args.jobs or [int(n) for n in sizes.split(",") if n.strip()] or [50, 300]
+    cluster = None if args.kubeconfig else start_cluster(args.jobs, args.workers)
     try:
         kubeconfig = Path(args.kubeconfig) if args.kubeconfig else cluster.kubeconfig  # type: ignore[union-attr]
         runs = asyncio.run(measure(args, kubeconfig))
     finally:
         if cluster is not None:
             cluster.down()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "controller_throughput.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
-    (RESULTS / "controller_throughput.md").write_text(report(runs))
-    plot(runs, RESULTS / "controller_throughput.png")
-    console.print(f"results in {RESULTS}/controller_throughput.{{json,md,png}}")
+    results: Path = args.results
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "controller_throughput.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    (results / "controller_throughput.md").write_text(report(runs))
+    plot(runs, results / "controller_throughput.png")
+    console.print(f"results in {results}/controller_throughput.{{json,md,png}}")
 
 
 if __name__ == "__main__":

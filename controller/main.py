@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kubetrain import naming
 from kubetrain.api import kinds as api_kinds
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
-from kubetrain.controller import frameworks, metrics, preflight
+from kubetrain.controller import cached, frameworks, metrics, preflight
 from kubetrain.controller.plugins.gang import gang_scheduler
 from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
@@ -124,12 +124,21 @@ class Manager:
         options = self.options
         settings = options.settings()
         await preflight.warn_about_webhooks(self.kube)
-        self.recorder = EventRecorder(self.kube, "kubetrain-controller")
+        self.recorder = EventRecorder(self.kube.with_own_budget(), "kubetrain-controller")
         self.recorder.start()
         indexes = {OWNER_INDEX: controller_owner_uid}
         common: dict[str, Any] = {"namespace": options.namespace, "watch_timeout": options.watch_timeout}
-        pods = Informer(self.kube, PODS, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)
-        services = Informer(self.kube, SERVICES, label_selector=V1_CHILD_SELECTOR, indexes=indexes, **common)
+        pods = Informer(
+            self.kube, PODS, label_selector=V1_CHILD_SELECTOR, indexes=indexes, transform=cached.pod, **common
+        )
+        services = Informer(
+            self.kube,
+            SERVICES,
+            label_selector=V1_CHILD_SELECTOR,
+            indexes=indexes,
+            transform=cached.service,
+            **common,
+        )
         self.informers += [pods, services]
         pod_groups = None
         if settings.gang is not None:
@@ -138,7 +147,9 @@ class Manager:
                     f"--gang-scheduler-name={options.gang_scheduler_name} needs the "
                     f"{settings.gang.resource} CRD; install the scheduler first"
                 )
-            pod_groups = Informer(self.kube, settings.gang.resource, indexes=indexes, **common)
+            pod_groups = Informer(
+                self.kube, settings.gang.resource, indexes=indexes, transform=cached.stripped, **common
+            )
             self.informers.append(pod_groups)
         for kind in options.kinds:
             if kind == TRAINJOB.kind:
@@ -149,7 +160,7 @@ class Manager:
             if not await preflight.require_our_crd(self.kube, resource):
                 log.warning("%s is not installed (no CRD %s); not reconciling it", kind, resource)
                 continue
-            jobs = Informer(self.kube, resource, **common)
+            jobs = Informer(self.kube, resource, transform=cached.stripped, **common)
             reconciler = V1JobReconciler(
                 kube=self.kube,
                 framework=framework,
@@ -194,14 +205,19 @@ class Manager:
             return
         assert self.recorder is not None
         indexes = {OWNER_INDEX: controller_owner_uid}
-        trainjobs = Informer(self.kube, TRAINJOB.resource, **common)
-        runtimes = Informer(self.kube, TRAINING_RUNTIME.resource, **common)
+        whole = {**common, "transform": cached.stripped}
+        trainjobs = Informer(self.kube, TRAINJOB.resource, **whole)
+        runtimes = Informer(self.kube, TRAINING_RUNTIME.resource, **whole)
         cluster_runtimes = Informer(
-            self.kube, CLUSTER_TRAINING_RUNTIME.resource, watch_timeout=common["watch_timeout"]
+            self.kube,
+            CLUSTER_TRAINING_RUNTIME.resource,
+            watch_timeout=common["watch_timeout"],
+            transform=cached.stripped,
         )
-        snapshots = Informer(self.kube, CONFIGMAPS, label_selector=naming.TRAINJOB_RUNTIME_SNAPSHOT, **common)
-        pods = Informer(self.kube, PODS, label_selector=TRAINJOB_CHILD_SELECTOR, indexes=indexes, **common)
-        services = Informer(self.kube, SERVICES, label_selector=TRAINJOB_CHILD_SELECTOR, **common)
+        snapshots = Informer(self.kube, CONFIGMAPS, label_selector=naming.TRAINJOB_RUNTIME_SNAPSHOT, **whole)
+        owned = {**common, "label_selector": TRAINJOB_CHILD_SELECTOR}
+        pods = Informer(self.kube, PODS, indexes=indexes, transform=cached.pod, **owned)
+        services = Informer(self.kube, SERVICES, transform=cached.service, **owned)
         reconciler = TrainJobReconciler(
             kube=self.kube,
             jobs=trainjobs,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -160,6 +160,25 @@ class Decision:
     def waiting_for_pod_group(self) -> Obj:
         """The status while pods wait for the pod group (upstream stamps ``lastReconcileTime``)."""
         return {**self.status, "lastReconcileTime": self.stamp}
+
+
+def status_hold(
+    changed: Iterable[str], pending_since: float | None, now: float, window: float
+) -> float | None:
+    """Seconds to hold back a status write, or None to write it now.
+
+    A write that only updates replica counts waits until ``window`` seconds after the first such
+    change was held (``pending_since``, on the monotonic clock ``now`` is read from), so the pods of
+    a job starting, running or finishing one after the other cost one status write, not one each.
+    A change of anything else (a condition, a start or completion time) is never held back, and it
+    carries the held counts with it."""
+    fields = set(changed)
+    if not fields or not fields <= {"replicaStatuses"}:
+        return None
+    if pending_since is None:
+        return window
+    left = window - (now - pending_since)
+    return left if left > 0 else None
 
 
 def decide(job: Obj, observed: Observed, now: dt.datetime, setup: Setup) -> Decision:

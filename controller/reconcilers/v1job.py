@@ -47,6 +47,7 @@ from kubetrain.controller.reconcilers.v1decisions import (
     Setup,
     decide,
     on_rejection,
+    status_hold,
 )
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
@@ -64,7 +65,7 @@ from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 
-COALESCE_SECONDS = 1.0  # replica-count-only status writes of one job are at most this frequent
+COALESCE_SECONDS = 1.0  # how long a status write of replica counts only waits for more changes
 POD_GROUP_RETRY = 5.0  # seconds between looks at a pod group the scheduler has not admitted yet
 COUNTERS = {
     "created": metrics.jobs_created,
@@ -93,11 +94,11 @@ class V1JobReconciler(JobReconciler):
         self.setup = Setup(
             framework, (*plugins, *settings.extra_plugins.get(framework.api.kind, ())), settings.gang
         )
-        self._last_write: dict[str, float] = {}
+        self._held_since: dict[str, float] = {}  # when a held-back status write was first held
 
     def forget(self, key: str) -> None:
         super().forget(key)
-        self._last_write.pop(key, None)
+        self._held_since.pop(key, None)
 
     def manages(self, job: Obj) -> bool:
         managed_by = (job.get("spec") or {}).get("runPolicy", {}).get("managedBy")
@@ -241,16 +242,19 @@ class V1JobReconciler(JobReconciler):
                 )
 
     def _coalesce(self, ctx: Pass) -> float | None:
-        """Seconds to hold back a write that only updates replica counts, so a burst of pod events
-        becomes one status write; None to write now. Condition changes are never held back."""
-        changed = set(merge_patch(ctx.original, ctx.status))
-        if not changed or not changed <= {"replicaStatuses"}:
-            return None
-        since = time.monotonic() - self._last_write.get(ctx.key, -COALESCE_SECONDS)
-        return COALESCE_SECONDS - since if since < COALESCE_SECONDS else None
+        """Seconds to hold back this pass's status write (``status_hold``); None to write now."""
+        now = time.monotonic()
+        held = status_hold(
+            merge_patch(ctx.original, ctx.status), self._held_since.get(ctx.key), now, COALESCE_SECONDS
+        )
+        if held is None:
+            self._held_since.pop(ctx.key, None)
+        else:
+            self._held_since.setdefault(ctx.key, now)
+        return held
 
     def wrote_status(self, ctx: Pass) -> None:
-        self._last_write[ctx.key] = time.monotonic()
+        self._held_since.pop(ctx.key, None)
 
     async def _sync_pod_group(self, ctx: Pass, d: Decision) -> bool:
         """Make the job's pod group match the decision's; returns whether pods may be created now.

@@ -143,6 +143,45 @@ def module_source(module: str, version: str) -> Path:
     return Path(info["Dir"])
 
 
+UPSTREAM_OPERATOR_BINARY = "training-operator.v1"
+
+
+def upstream_operator(console: Console | None = None) -> Path:
+    """The upstream Go training operator, ``go install``-ed into the binary cache on first use.
+
+    Only the controller benchmark runs it, side by side with kubetrain's controller; unlike the control
+    plane it is a plain Go module, so ``go install module/cmd/...@version`` builds exactly the release.
+    """
+    module, version = UPSTREAM_TRAINING_OPERATOR
+    out = paths.bin_dir() / f"{UPSTREAM_OPERATOR_BINARY}-{version}"  # a new release is a new binary
+    if os.access(out, os.X_OK):
+        return out
+    (console or Console(stderr=True)).print(f"building {module}@{version} (once; several minutes)")
+    paths.bin_dir().mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [
+            go_executable(),
+            "install",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            f"{module}/cmd/{UPSTREAM_OPERATOR_BINARY}@{version}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=paths.cache_dir(),
+        env={**_go_env(), "GOBIN": str(paths.bin_dir()), "GOFLAGS": ""},
+    )
+    if done.returncode != 0:
+        raise DevClusterError(
+            f"building {module}@{version} failed (go install exited {done.returncode}); check the Go "
+            f"module proxy is reachable and retry; last output:\n{done.stderr[-3000:]}"
+        )
+    (paths.bin_dir() / UPSTREAM_OPERATOR_BINARY).replace(out)
+    return out
+
+
 def _module_files(module: str) -> dict[str, bytes]:
     folder = resources.files("kubetrain.devcluster").joinpath("gomod", module)
     return {name: folder.joinpath(name).read_bytes() for name in ("go.mod", "go.sum", "tools.go")}

@@ -203,6 +203,14 @@ def sign_serving_cert(pki: Pki, *, name: str, cert_path: Path, key_path: Path) -
     _write_cert(_cert(subject=name, key=key, issuer=ca, issuer_key=ca_key, server=True), cert_path)
 
 
+def write_self_signed(*, name: str, cert_path: Path, key_path: Path) -> None:
+    """A self-signed loopback serving certificate, for a server that only needs to start (a webhook
+    server no API server calls: the upstream operator's, run beside the dev cluster by the benchmark)."""
+    key = _key()
+    _write_key(key, key_path)
+    _write_cert(_cert(subject=name, key=key, issuer=None, issuer_key=key, server=True), cert_path)
+
+
 def kubeconfig(*, server: str, ca_cert: Path, token: str, user: str, context: str = "kubetrain-dev") -> str:
     """A kubeconfig for one identity; the CA is embedded so the file can be copied anywhere."""
     ca_data = base64.b64encode(ca_cert.read_bytes()).decode()

@@ -13,7 +13,8 @@ and ``--kube-api-burst`` bound it here, as client-go does for Go controllers.
 Server-side throttling (429) and transient 5xx answers are retried with
 ``Retry-After`` honoured, unless a call asks for a single attempt (``retries=0``,
 as the lease calls of leader election do: a hidden retry would outlast the
-renew deadline that bounds them).
+renew deadline that bounds them). Events get a bucket of their own
+(``with_own_budget``), as client-go's recorder does.
 
 Why a write guard: with leader election, a replica that was frozen (SIGSTOP,
 a long pause) may resume after another replica took over. The guard, consulted
@@ -95,6 +96,16 @@ class KubeClient:
         self.api = api
         self.limiter = TokenBucket(qps, burst)
         self.write_guard: WriteGuard | None = None
+        self._owns_session = True
+
+    def with_own_budget(self) -> KubeClient:
+        """A client on the same session and write guard, with a rate limiter of its own (same QPS and
+        burst): what client-go's event recorder gets, so Events never eat the budget of the writes that
+        do the work. Closing it leaves the session open; the client it came from owns that."""
+        sibling = KubeClient(self.api, qps=self.limiter.qps, burst=self.limiter.burst)
+        sibling._owns_session = False
+        sibling.write_guard = lambda: self.write_guard() if self.write_guard is not None else None
+        return sibling
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, *, qps: float = 0, burst: int = 0) -> KubeClient:
@@ -110,7 +121,8 @@ class KubeClient:
         return cls(api, qps=qps, burst=burst)
 
     async def close(self) -> None:
-        await self.api.close()
+        if self._owns_session:
+            await self.api.close()
 
     # -- transport -------------------------------------------------------------------------------
     async def _send(

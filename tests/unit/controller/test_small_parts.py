@@ -1,4 +1,4 @@
-"""Expectations, the token bucket, merge patches and quantities."""
+"""Expectations, the token buckets, merge patches and quantities."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from kubetrain import quantity
-from kubetrain.kube.client import TokenBucket
+from kubetrain.kube.client import KubeClient, TokenBucket
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
 
@@ -54,6 +54,18 @@ def test_token_bucket_allows_a_burst_then_spaces_requests_at_qps() -> None:
     assert bucket.reserve() == pytest.approx(0.2)
     clock.now = 10
     assert bucket.reserve() == 0, "the bucket refills (up to the burst) while idle"
+
+
+def test_events_get_a_budget_of_their_own_and_the_same_write_guard() -> None:
+    kube = KubeClient(object(), qps=10, burst=3)  # type: ignore[arg-type]
+    events = kube.with_own_budget()
+    assert (events.limiter.qps, events.limiter.burst) == (10, 3)
+    assert [kube.limiter.reserve() for _ in range(3)] == [0, 0, 0]
+    assert kube.limiter.reserve() > 0, "the work's bucket is spent"
+    assert events.limiter.reserve() == 0, "an Event does not wait for the work's bucket"
+    assert events.write_guard is not None and events.write_guard() is None
+    kube.write_guard = lambda: "fenced"
+    assert events.write_guard() == "fenced", "a guard set later (leader election) fences Events too"
 
 
 def test_a_disabled_token_bucket_never_waits() -> None:

@@ -540,3 +540,16 @@ def test_which_jobs_each_managed_by_mode_takes() -> None:
         ("kueue.x-k8s.io/multikueue", False, False),
     ]:
         assert (value in compatible, value in kubetrain_only) == (compatible_takes, kubetrain_takes), value
+
+
+def test_replica_counts_wait_for_the_window_that_began_with_the_first_held_change() -> None:
+    counts = ["replicaStatuses"]
+    assert v1.status_hold(counts, None, 100.0, 1.0) == 1.0, "the first change of counts is held a window"
+    assert v1.status_hold(counts, 100.0, 100.4, 1.0) == pytest.approx(0.6), "later ones join that window"
+    assert v1.status_hold(counts, 100.0, 101.0, 1.0) is None, "at its end, one write carries them all"
+
+
+def test_a_change_beyond_replica_counts_is_written_at_once_and_nothing_is_held_for_no_change() -> None:
+    assert v1.status_hold(["replicaStatuses", "conditions"], 100.0, 100.1, 1.0) is None
+    assert v1.status_hold(["startTime"], None, 100.0, 1.0) is None
+    assert v1.status_hold([], 100.0, 100.1, 1.0) is None

@@ -1,0 +1,61 @@
+"""What the controller's caches keep: what the reconcilers read, without managedFields or child specs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.controller import cached
+from kubetrain.controller.reconcilers import observe
+from kubetrain.kube.informer import Informer
+from kubetrain.kube.resources import PODS
+
+MANAGED = [{"manager": "kwok", "operation": "Update", "fieldsV1": {"f:status": {"f:phase": {}}}}]
+
+
+def a_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "job-master-0",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": "7",
+            "labels": {"training.kubeflow.org/replica-type": "master"},
+            "ownerReferences": [{"uid": "job-uid", "controller": True, "kind": "PyTorchJob", "name": "job"}],
+            "managedFields": MANAGED,
+        },
+        "spec": {"containers": [{"name": "pytorch", "env": [{"name": "RANK", "value": "0"}]}]},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "pytorch", "restartCount": 2, "state": {"terminated": {"exitCode": 137}}}
+            ],
+        },
+    }
+
+
+def test_a_cached_pod_keeps_metadata_and_status_but_not_its_spec_or_managed_fields() -> None:
+    pod = a_pod()
+    kept = cached.pod(pod)
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert kept["status"] == pod["status"]
+    assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
+    assert observe.exit_code(kept, "pytorch") == observe.exit_code(pod, "pytorch") == 137
+    assert pod["metadata"]["managedFields"] == MANAGED, "the object the API server sent is not changed"
+
+
+def test_a_cached_service_is_its_metadata_and_anything_else_loses_only_managed_fields() -> None:
+    service = {"kind": "Service", "metadata": {"name": "s", "managedFields": MANAGED}, "spec": {"ports": []}}
+    assert cached.service(service) == {"kind": "Service", "metadata": {"name": "s"}}
+    job = {"kind": "PyTorchJob", "metadata": {"name": "j", "managedFields": MANAGED}, "spec": {"x": 1}}
+    assert cached.stripped(job) == {"kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {"x": 1}}
+
+
+def test_an_informer_stores_and_hands_its_handlers_the_transformed_object() -> None:
+    informer = Informer(None, PODS, transform=cached.pod)  # type: ignore[arg-type]
+    seen: list[dict[str, Any] | None] = []
+    informer.add_handler(lambda old, new: seen.append(new))
+    informer._apply("ADDED", a_pod())
+    stored = informer.get("ns/job-master-0")
+    assert stored is not None and "spec" not in stored and seen == [stored]
