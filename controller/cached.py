@@ -8,7 +8,8 @@ and no decision reads them back). Like client-go's informer transform, the cache
 
 * every object: its metadata but ``managedFields``;
 * a pod: its metadata and status (phase, reason, conditions, container states, restart counts and
-  termination messages are what the decisions read), no spec;
+  termination messages are what the decisions read), and of its spec only ``nodeName`` (where the
+  replica that failed first ran, ``controller.diagnosis``);
 * a service: its metadata only (a job's services are found and deleted by owner and name);
 * anything else (a job, a pod group, a runtime): all of it but ``managedFields``.
 
@@ -35,8 +36,11 @@ def stripped(obj: Obj) -> Obj:
 
 
 def pod(obj: Obj) -> Obj:
-    """A pod as cached: its identity, metadata and status."""
+    """A pod as cached: its identity, metadata, status and node."""
     kept: Obj = {k: obj[k] for k in ("apiVersion", "kind", "status") if k in obj}
+    node = (obj.get("spec") or {}).get("nodeName")
+    if node:
+        kept["spec"] = {"nodeName": node}
     return {**kept, "metadata": _metadata(obj)}
 
 

@@ -35,10 +35,12 @@ def a_pod() -> dict[str, Any]:
     }
 
 
-def test_a_cached_pod_keeps_metadata_and_status_but_not_its_spec_or_managed_fields() -> None:
+def test_a_cached_pod_keeps_metadata_status_and_node_but_not_the_rest_of_its_spec_or_managed_fields() -> None:
     pod = a_pod()
     kept = cached.pod(pod)
     assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    pod["spec"]["nodeName"] = "gpu-1"
+    assert cached.pod(pod)["spec"] == {"nodeName": "gpu-1"}  # where the replica that failed first ran
     assert kept["status"] == pod["status"]
     assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
     assert observe.exit_code(kept, "pytorch") == observe.exit_code(pod, "pytorch") == 137
