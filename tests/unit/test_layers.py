@@ -26,7 +26,7 @@ FOLDERS = {
     "kubetrain.components": "components",
     "kubetrain": "kubetrain",
 }
-LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint")
+LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint", "kubetrain.progress")
 APPS = (
     "kubetrain.controller",
     "kubetrain.operators",
