@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from kubetrain import naming, progress
+from kubetrain import jobs_cli, naming, progress
+from kubetrain.client import kinds
 from kubetrain.controller.statusserver.tls import self_signed
 from kubetrain.progress import ProgressReporter, Report, Server, trainer_status
+from tests.docs_commands import python_blocks
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +183,29 @@ def test_a_refused_report_or_an_untrusted_server_is_logged_not_raised(
     untrusting.report(1)
     assert untrusting.flush() is False
     assert not received
+
+
+def test_the_documented_loop_runs_outside_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(naming.ENV_TRAINER_SERVER_URL, raising=False)
+    progress.default_reporter.cache_clear()
+    (loop,) = python_blocks("docs/observability.md")
+    exec(compile(loop, "docs/observability.md", "exec"), {})
+    assert not progress.default_reporter().enabled
+
+
+def test_the_reported_progress_reads_the_same_from_a_trainjob_and_a_v1_job() -> None:
+    reported = trainer_status(
+        Report(step=0, at=0.0), Report(step=7, total=10, metrics={"loss": 0.25}, at=14.0)
+    )
+    trainjob = {"kind": "TrainJob", "metadata": {}, "status": {"trainerStatus": reported}}
+    v1 = {
+        "kind": "PyTorchJob",
+        "metadata": {"annotations": {naming.ANNOTATION_TRAINER_STATUS: json.dumps(reported)}},
+    }
+    for job in (trainjob, v1):
+        assert kinds.trainer_status(job) == reported
+        assert kinds.progress_line(job) == "step 7/10, 70%, ETA 6s, loss 0.25"
+    assert kinds.progress_line({"kind": "PyTorchJob", "metadata": {}}) == ""
+    assert (kinds.duration(3725), kinds.duration(185), kinds.duration(9)) == ("1h02m", "3m05s", "9s")
+    assert jobs_cli.progress_bar(70) == "\\[#######---]  70%"
+    assert jobs_cli.progress_bar(None) == "-"
