@@ -66,11 +66,10 @@ async def annotation(jobs: Jobs, name: str, key: str, value: str) -> dict[str, A
 
 
 def shown(kubectl: Kubectl, namespace: str, kind: str, name: str) -> tuple[str, str]:
-    """The PROGRESS and ETA columns of ``kubectl get``."""
-    header, row = (
-        line.split() for line in kubectl("get", kind, name, "-n", namespace).stdout.splitlines()[:2]
-    )
-    return row[header.index("PROGRESS")], row[header.index("ETA")]
+    """The PROGRESS and ETA columns of ``kubectl get`` (read by position: an empty cell is blank)."""
+    header, row = kubectl("get", kind, name, "-n", namespace).stdout.splitlines()[:2]
+    progress, eta = (row[header.index(column) :].split()[0] for column in ("PROGRESS", "ETA"))
+    return progress, eta
 
 
 REPORTER = """
