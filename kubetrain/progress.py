@@ -113,6 +113,12 @@ def trainer_status(first: Report, latest: Report) -> dict[str, Any]:
     return status
 
 
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca_file: str) -> ssl.SSLContext:
+    """One context per CA file: loading the CA is the costly part of a send."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
 @dataclass(frozen=True)
 class Server:
     """Where reports go: the status server's URL, the token file and the CA that signs the server."""
@@ -140,10 +146,13 @@ class Server:
                 headers["Authorization"] = f"Bearer {token.read().strip()}"
         body = json.dumps({"trainerStatus": status}).encode()
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+        context = _tls_context(self.ca_file) if self.ca_file else None
         with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
             if answer.status != 200:
                 raise OSError(f"status server answered {answer.status}")
+
+
+_Pending = tuple[int, int | None, dict[str, Any] | None, float | None, float]  # report()'s arguments, at
 
 
 class ProgressReporter:
@@ -168,8 +177,8 @@ class ProgressReporter:
         self._sending = threading.Lock()  # one send at a time: the thread's or the final flush
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._first: Report | None = None
-        self._pending: Report | None = None
+        self._first: _Pending | None = None
+        self._pending: _Pending | None = None
         self._last_sent_at: float | None = None
         self._failing = False
         self._thread: threading.Thread | None = None
@@ -188,15 +197,17 @@ class ProgressReporter:
         """Record the newest progress; it is sent within ``interval`` seconds. Never blocks on I/O."""
         if self._send is None:
             return
-        report = Report(step, total, dict(metrics or {}), eta_seconds, self._clock())
+        # Only a tuple and a dict copy per call: a Report, timestamps and text are made when sending.
+        pending = (step, total, dict(metrics) if metrics else None, eta_seconds, self._clock())
         with self._lock:
+            self._pending = pending
             if self._first is None:
-                self._first = report
-            self._pending = report
+                self._first = pending
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kubetrain-progress", daemon=True)
                 self._thread.start()
-        self._wake.set()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def delay(self, now: float) -> float:
         """Seconds until the next send is allowed (0: now)."""
@@ -226,14 +237,19 @@ class ProgressReporter:
                 if not self._stop.is_set():
                     self._send_pending()
 
+    def _report(self, pending: _Pending, now: float) -> Report:
+        step, total, metrics, eta, at = pending
+        wall = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=now - at)
+        return Report(step, total, metrics or {}, eta, at, wall)
+
     def _send_pending(self) -> bool:
         with self._lock:
-            report, first, self._pending = self._pending, self._first, None
-        if report is None or first is None or self._send is None or self._rank() != 0:
+            pending, first, self._pending = self._pending, self._first, None
+        if pending is None or first is None or self._send is None or self._rank() != 0:
             return False
-        self._last_sent_at = self._clock()
+        now = self._last_sent_at = self._clock()
         try:
-            self._send(trainer_status(first, report))
+            self._send(trainer_status(self._report(first, now), self._report(pending, now)))
         except Exception as exc:  # never into training code: the next report tries again
             log.log(logging.DEBUG if self._failing else logging.WARNING, "progress report failed: %s", exc)
             self._failing = True
