@@ -5,7 +5,10 @@ them on the job, ``kubectl get`` shows them, and a pod of another job is refused
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,18 @@ def shown(kubectl: Kubectl, namespace: str, kind: str, name: str) -> tuple[str, 
     return progress, eta
 
 
+def kubetrain_cli(kubeconfig: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "kubetrain", *args],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
 REPORTER = """
     import pathlib, sys, time
     from kubeflow.trainer import update_trainjob_status
@@ -108,7 +123,7 @@ INTRUDER = """
 
 
 async def test_the_sdk_helper_and_kubetrain_progress_report_and_another_jobs_pod_is_refused(
-    status_controller: Any, jobs: Jobs, kubectl: Kubectl, namespace: str, tmp_path: Path
+    status_controller: Any, jobs: Jobs, kubectl: Kubectl, kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
     await jobs.create(python_job("victim", f"GO = {str(go)!r}\n" + textwrap.dedent(REPORTER)))
@@ -140,6 +155,8 @@ async def test_the_sdk_helper_and_kubetrain_progress_report_and_another_jobs_pod
     reported = json.loads(job["metadata"]["annotations"][naming.ANNOTATION_TRAINER_STATUS])
     assert {"name": "currentStep", "value": "7"} in reported["metrics"]
     assert {"name": "loss", "value": "0.142857"} in reported["metrics"]
+    shown_by_cli = kubetrain_cli(kubeconfig, "get", "pytorchjob/victim", "-n", namespace)
+    assert "[#######---]  70%" in shown_by_cli, shown_by_cli
 
 
 async def test_a_trainjob_reports_into_status_trainer_status(

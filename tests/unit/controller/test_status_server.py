@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp.test_utils import make_mocked_request
 
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
@@ -24,8 +25,10 @@ from kubetrain.controller.statusserver.authz import (
     bound_pod,
     target_of,
 )
-from kubetrain.controller.statusserver.server import job_patch, parse_report
+from kubetrain.controller.statusserver.server import StatusServer, job_patch, parse_report
+from kubetrain.controller.statusserver.tls import self_signed
 from kubetrain.controller.trainer.build import build
+from kubetrain.kube import errors
 
 pytestmark = pytest.mark.unit
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
@@ -184,3 +187,65 @@ def test_only_a_trainjobs_trainer_pods_get_it_not_its_initializers() -> None:
         urls[pod_set.name] = env_of(built["spec"]["containers"][0]).get(naming.ENV_TRAINER_SERVER_URL)
     assert urls.pop("node") == "https://controller.example:8082" + TRAINJOB_PATH
     assert urls and not any(urls.values()), urls
+
+
+class FakeKube:
+    """The three calls the server makes, answered from fixed data (a unit test of the handler only)."""
+
+    def __init__(self, *, patch_error: Exception | None = None) -> None:
+        self.reviews = 0
+        self.patches: list[tuple[str, dict[str, Any], str | None]] = []
+        self.patch_error = patch_error
+
+    async def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> Any:
+        self.reviews += 1
+        return review() if body["spec"]["token"] == "good" else {"status": {"authenticated": False}}
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        return pod()
+
+    async def patch(self, resource: Any, name: str, body: Any, **kwargs: Any) -> Any:
+        if self.patch_error is not None:
+            raise self.patch_error
+        self.patches.append((name, body, kwargs.get("subresource")))
+        return {}
+
+
+async def post(server: StatusServer, path: str, token: str, body: Any) -> int:
+    request = make_mocked_request(
+        "POST", path, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    )
+    raw = json.dumps(body).encode()
+
+    async def read_json() -> Any:
+        return json.loads(raw)
+
+    request.json = read_json  # type: ignore[method-assign]
+    return (await server.handle(request)).status
+
+
+async def test_the_handler_answers_each_case_and_trusts_a_verdict_for_a_while() -> None:
+    kube = FakeKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=lambda: 0.0)  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(server, TRAINJOB_PATH, "good", report) == 200
+    assert await post(server, TRAINJOB_PATH, "good", report) == 200
+    assert kube.reviews == 1, "an allowed token is not reviewed again within VERDICT_TTL"
+    assert kube.patches[0][0] == "mnist" and kube.patches[0][2] == "status"
+    assert await post(server, TRAINJOB_PATH, "bad", report) == 401
+    assert await post(server, "/apis/x/v1/namespaces/team/things/y/status", "good", report) == 404
+    assert await post(server, TRAINJOB_PATH, "good", {"trainerStatus": {"progressPercentage": -1}}) == 400
+
+
+async def test_a_write_the_api_server_refuses_is_a_503_to_try_again_and_a_missing_job_a_404() -> None:
+    unavailable = StatusServer(
+        FakeKube(patch_error=errors.APIError(500, "etcd timeout")),  # type: ignore[arg-type]
+        self_signed(["127.0.0.1"]),
+    )
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(unavailable, TRAINJOB_PATH, "good", report) == 503
+    gone = StatusServer(
+        FakeKube(patch_error=errors.APINotFoundError(404, "not found")),  # type: ignore[arg-type]
+        self_signed(["127.0.0.1"]),
+    )
+    assert await post(gone, TRAINJOB_PATH, "good", report) == 404
