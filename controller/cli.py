@@ -74,6 +74,19 @@ def run_command(
     watch_timeout: Annotated[int, typer.Option(help="Seconds a watch runs before it is renewed.")] = 300,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    status_server_bind_address: Annotated[
+        str, typer.Option(help="Serve training pods' progress reports (HTTPS) here ('0' disables).")
+    ] = "0",
+    status_server_url: Annotated[
+        str,
+        typer.Option(
+            help="Base URL pods reach the status server at "
+            "(default: https://kubetrain-controller.<leader-election-namespace>.svc:<port>)."
+        ),
+    ] = "",
+    status_server_cert_dir: Annotated[
+        str, typer.Option(help="tls.crt, tls.key and ca.crt of the status server (default: a CA of its own).")
+    ] = "",
 ) -> None:
     """Reconcile Kubeflow training jobs into pods until SIGTERM."""
     # Until the event loop takes over SIGTERM, it means "exit cleanly": nothing has started yet.
@@ -113,6 +126,9 @@ def run_command(
         watch_timeout=watch_timeout,
         log_format=log_format,
         log_level=log_level,
+        status_server_bind_address=status_server_bind_address,
+        status_server_url=status_server_url,
+        status_server_cert_dir=status_server_cert_dir,
     )
     try:
         options.leader_timings()

@@ -21,7 +21,9 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -32,10 +34,13 @@ from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, PYTORCHJOB, TRAINING_R
 from kubetrain.controller import cached, frameworks, metrics, preflight
 from kubetrain.controller.plugins.gang import gang_scheduler
 from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
+from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
 from kubetrain.controller.state import PodPlugin
+from kubetrain.controller.statusserver.server import StatusServer
+from kubetrain.controller.statusserver.tls import ServingCert, self_signed
 from kubetrain.kube import leader
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import EventRecorder
@@ -77,8 +82,29 @@ class Options:
     watch_timeout: int = 300
     log_format: str = "text"
     log_level: str = "info"
+    status_server_bind_address: str = "0"
+    status_server_url: str = ""
+    status_server_cert_dir: str = ""
 
-    def settings(self) -> Settings:
+    @property
+    def status_server_enabled(self) -> bool:
+        return self.status_server_bind_address not in ("", "0")
+
+    def status_server_base_url(self) -> str:
+        """How pods reach the status server: the flag, else the controller's Service on the bound port."""
+        if self.status_server_url:
+            return self.status_server_url.rstrip("/")
+        _, port = _split_address(self.status_server_bind_address)
+        return f"https://kubetrain-controller.{self.leader_election_namespace}.svc:{port}"
+
+    def status_server_cert(self) -> ServingCert:
+        """The server's certificate: from ``--status-server-cert-dir``, else a new CA's for the URL's host."""
+        if self.status_server_cert_dir:
+            return ServingCert.from_dir(Path(self.status_server_cert_dir))
+        host = urlsplit(self.status_server_base_url()).hostname or "localhost"
+        return self_signed([host, "localhost", "127.0.0.1"])
+
+    def settings(self, status_server: StatusServerPlugin | None = None) -> Settings:
         if self.managed_by not in ("compatible", "kubetrain"):
             raise ValueError(f"--managed-by must be compatible or kubetrain (got {self.managed_by!r})")
         managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
@@ -89,7 +115,7 @@ class Options:
             wait = MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
             plugins[PYTORCHJOB.kind] = (wait,)
         gang = gang_scheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
-        return Settings(managed_by=managed, gang=gang, extra_plugins=plugins)
+        return Settings(managed_by=managed, gang=gang, extra_plugins=plugins, status_server=status_server)
 
     def leader_timings(self) -> leader.Timings:
         """The leader-election timings (raises ValueError unless retry < renew deadline < lease)."""
@@ -115,6 +141,7 @@ class Manager:
     runners: list[Runner] = field(default_factory=list)
     recorder: EventRecorder | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    status_server: web.AppRunner | None = None
 
     async def _installed(self, resource: Resource) -> bool:
         return await self.kube.get(CRDS, str(resource)) is not None  # the CRD's name: <plural>.<group>
@@ -122,7 +149,18 @@ class Manager:
     async def start(self) -> None:
         """Start informers, wait for them to sync, then start the workers."""
         options = self.options
-        settings = options.settings()
+        plugin = None
+        if options.status_server_enabled:
+            cert = options.status_server_cert()
+            plugin = StatusServerPlugin(options.status_server_base_url(), cert.ca.decode())
+            host, port = _split_address(options.status_server_bind_address)
+            self.status_server = await StatusServer(self.kube, cert).start(host, port)
+            log.info(
+                "status server listening on %s, reached at %s",
+                options.status_server_bind_address,
+                plugin.base_url,
+            )
+        settings = options.settings(plugin)
         await preflight.warn_about_webhooks(self.kube)
         self.recorder = EventRecorder(self.kube.with_own_budget(), "kubetrain-controller")
         self.recorder.start()
@@ -243,6 +281,8 @@ class Manager:
         )
 
     async def stop(self) -> None:
+        if self.status_server is not None:
+            await self.status_server.cleanup()
         await asyncio.gather(*(r.stop() for r in self.runners))
         await asyncio.gather(*(i.stop() for i in self.informers))
         if self.recorder is not None:

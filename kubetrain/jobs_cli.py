@@ -180,6 +180,14 @@ STATE_STYLE = {
 }
 
 
+def progress_bar(percent: int | None, width: int = 10) -> str:
+    """``[#####-----]  50%``: the reported percentage as a bar (``-`` before any report)."""
+    if percent is None:
+        return "-"
+    filled = round(width * max(0, min(100, int(percent))) / 100)
+    return f"\\[{'#' * filled}{'-' * (width - filled)}] {int(percent):3d}%"
+
+
 def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
     table = Table(box=None, header_style="bold")
     for column in (["NAMESPACE"] if namespaces else []) + [
@@ -187,6 +195,8 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
         "NAME",
         "STATE",
         "REPLICAS",
+        "PROGRESS",
+        "ETA",
         "LAST CHECKPOINT",
         "AGE",
     ]:
@@ -199,11 +209,15 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
             for r, c in counts.items()
         )
         checkpoint = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT, "")
+        reported = kinds.trainer_status(job)
+        eta = reported.get("estimatedRemainingSeconds")
         row = [
             job["kind"],
             job["metadata"]["name"],
             f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
             replicas or "-",
+            progress_bar(reported.get("progressPercentage")),
+            "-" if eta is None else kinds.duration(eta),
             checkpoint or "-",
             age(job),
         ]

@@ -106,6 +106,23 @@ ENV_LINEAGE: Final = "KUBETRAIN_LINEAGE"
 
 CHECKPOINT_VOLUME_NAME: Final = "kubetrain-checkpoints"
 
+# -- progress (docs/observability.md) ------------------------------------------------------------
+# The Kubeflow Trainer status-server contract: the env and volume a trainer container is given.
+ENV_TRAINER_SERVER_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
+ENV_TRAINER_SERVER_CA_CERT: Final = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+ENV_TRAINER_SERVER_TOKEN: Final = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+TRAINER_TOKEN_VOLUME: Final = "kubeflow-trainer-token"
+TRAINER_TOKEN_DIR: Final = "/var/run/secrets/kubeflow/trainer"
+TRAINER_TOKEN_EXPIRY_SECONDS: Final = 3600
+TRAINER_TLS_CONFIG_SUFFIX: Final = "-tls-config"  # ConfigMap <job>-tls-config holds the server's CA
+TRAINER_CA_KEY: Final = "ca.crt"
+TRAINER_TOKEN_KEY: Final = "token"
+# Where a v1 job (whose upstream CRD has no trainerStatus) keeps the reported status, and the two
+# fields of it that `kubectl get` shows.
+ANNOTATION_TRAINER_STATUS: Final = "kubetrain.dev/trainer-status"
+ANNOTATION_PROGRESS: Final = "kubetrain.dev/progress"
+ANNOTATION_ETA: Final = "kubetrain.dev/eta-seconds"
+
 # -- GPUs -----------------------------------------------------------------------------------------
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

@@ -24,6 +24,7 @@ from typing import Any, NotRequired, TypedDict, Unpack
 from kubetrain import naming
 from kubetrain.controller import metrics
 from kubetrain.controller.plugins.gang import GangScheduler
+from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
@@ -74,6 +75,7 @@ class Settings:
     gang: GangScheduler | None = None
     extra_plugins: Mapping[str, Sequence[PodPlugin]] = field(default_factory=dict)  # by kind
     create_concurrency: int = 64
+    status_server: StatusServerPlugin | None = None  # progress reports (docs/observability.md)
 
 
 @dataclass

@@ -61,6 +61,7 @@ from kubetrain.controller.reconcilers.skeleton import (
     parse_time,
     seconds_left,
 )
+from kubetrain.controller.reconcilers.tls_config import sync_tls_config
 from kubetrain.controller.reconcilers.writes import (
     ChildRejectedError,
     Ownership,
@@ -565,6 +566,8 @@ class TrainJobReconciler(JobReconciler):
         plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin(), LogTailPlugin()]
         if gang is not None:
             plugins.append(TrainJobGangPlugin(gang))
+        if self.settings.status_server is not None:
+            plugins.append(self.settings.status_server)
         return plugins
 
     async def _prepare(self, info: TrainJobInfo, gang: GangScheduler | None) -> None:
@@ -576,6 +579,8 @@ class TrainJobReconciler(JobReconciler):
             await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
         else:
             require_ours(info.job, SERVICES, service)
+        if self.settings.status_server is not None:
+            await sync_tls_config(self.kube, info.job, self.settings.status_server)
         for extra in info.extras:
             try:
                 existing = await self.kube.get(extra.resource, extra.name, info.namespace)

@@ -39,6 +39,7 @@ from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
+from kubetrain.controller.reconcilers.tls_config import sync_tls_config
 from kubetrain.controller.reconcilers.v1decisions import (
     Counter,
     Decision,
@@ -91,6 +92,8 @@ class V1JobReconciler(JobReconciler):
         plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin(), LogTailPlugin()]
         if settings.gang is not None:
             plugins.append(GangPlugin(settings.gang))
+        if settings.status_server is not None:
+            plugins.append(settings.status_server)
         self.setup = Setup(
             framework, (*plugins, *settings.extra_plugins.get(framework.api.kind, ())), settings.gang
         )
@@ -159,6 +162,8 @@ class V1JobReconciler(JobReconciler):
         # Creating is safe before the status is written (and a round trip sooner); deleting waits for
         # the status, so a restart is on record before its pod goes. Every write of the gather ends
         # before the first failure is raised, so the status a rejection writes next is current.
+        if d.create_pods and self.settings.status_server is not None:
+            await sync_tls_config(self.kube, ctx.job, self.settings.status_server)
         deferred = self._coalesce(ctx)
         outcomes = await asyncio.gather(
             self.writer.create_all(ctx.job, SERVICES, d.create_services, track=False),

@@ -77,6 +77,24 @@ def _state_columns() -> tuple[dict[str, Any], ...]:
     )
 
 
+def _annotation(key: str) -> str:
+    return ".metadata.annotations." + key.replace(".", "\\.")
+
+
+def _progress_columns(trainer_status: bool) -> tuple[dict[str, Any], ...]:
+    """PROGRESS and ETA: a TrainJob's ``status.trainerStatus``, a v1 job's annotations (observability.md)."""
+    if trainer_status:
+        percent = {"type": "integer", "jsonPath": ".status.trainerStatus.progressPercentage"}
+        eta = {"type": "integer", "jsonPath": ".status.trainerStatus.estimatedRemainingSeconds"}
+    else:
+        percent = {"type": "string", "jsonPath": _annotation(naming.ANNOTATION_PROGRESS)}
+        eta = {"type": "string", "jsonPath": _annotation(naming.ANNOTATION_ETA)}
+    return (
+        {"name": "Progress", **percent, "description": "Percent done, as the training last reported"},
+        {"name": "ETA", **eta, "description": "Seconds left, as the training last estimated"},
+    )
+
+
 def _v1_info(model: type[v1.TrainingJob]) -> CrdInfo:
     kind = model.api_kind
     replicas = tuple(
@@ -100,7 +118,7 @@ def _v1_info(model: type[v1.TrainingJob]) -> CrdInfo:
     return CrdInfo(
         model,
         categories=(JOB_CATEGORY,),
-        columns=(state, *replicas, age, *wide),
+        columns=(state, *replicas, *_progress_columns(trainer_status=False), age, *wide),
         scale=scale,
         name_rules=(v1.NAME_RULE,),
         root_rules=(v1.service_name_rule(kind.replica_field),),
@@ -113,6 +131,7 @@ def crd_infos() -> list[CrdInfo]:
         _state_columns()[0],
         {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
         {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
+        *_progress_columns(trainer_status=True),
         *_state_columns()[1:],
     )
     runtime_columns = (

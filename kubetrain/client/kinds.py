@@ -131,6 +131,52 @@ def report(job: Obj) -> Obj:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def trainer_status(job: Obj) -> Obj:
+    """The progress the training last reported (Kubeflow Trainer's ``trainerStatus`` fields), or {}.
+
+    A TrainJob keeps it in ``status.trainerStatus``; a v1 job in an annotation (docs/observability.md)."""
+    if not kind_of(job["kind"]).is_v1:
+        found = (job.get("status") or {}).get("trainerStatus")
+        return found if isinstance(found, dict) else {}
+    text = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_TRAINER_STATUS)
+    try:
+        loaded = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def duration(seconds: int | float) -> str:
+    """``1h02m``, ``3m05s``, ``45s``: a time left, for people."""
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+STEP_METRICS = ("currentStep", "totalSteps")  # how kubetrain.progress sends the step (no field for it)
+
+
+def progress_line(job: Obj) -> str:
+    """The reported progress in words: ``step 7/10, 70%, ETA 1m30s, loss 0.14``; empty before any report."""
+    reported = trainer_status(job)
+    if not reported:
+        return ""
+    metrics = {str(m.get("name")): str(m.get("value")) for m in reported.get("metrics") or []}
+    parts = []
+    if "currentStep" in metrics:
+        total = metrics.get("totalSteps")
+        parts.append(f"step {metrics['currentStep']}" + (f"/{total}" if total else ""))
+    if reported.get("progressPercentage") is not None:
+        parts.append(f"{reported['progressPercentage']}%")
+    if reported.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"ETA {duration(reported['estimatedRemainingSeconds'])}")
+    parts += [f"{name} {value}" for name, value in metrics.items() if name not in STEP_METRICS]
+    return ", ".join(parts)
+
+
 def replica_counts(job: Obj) -> dict[str, dict[str, int]]:
     """Active, succeeded and failed counts per replica type (v1) or replicated job (TrainJob)."""
     status = job.get("status") or {}
@@ -146,12 +192,15 @@ def replica_counts(job: Obj) -> dict[str, dict[str, int]]:
 
 
 def status_line(job: Obj) -> str:
-    """One line saying what the job is doing: state, replica counts, restarts, last checkpoint."""
+    """One line saying what the job is doing: state, replica counts, progress, restarts, last checkpoint."""
     meta, status = job["metadata"], job.get("status") or {}
     parts = [f"{job.get('kind', 'job')} {meta['namespace']}/{meta['name']}: {state(job)}"]
     for rtype, counts in replica_counts(job).items():
         if counts:
             parts.append(f"{rtype} " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    progress = progress_line(job)
+    if progress:
+        parts.append(progress)
     restarts = status.get("restartCount") or status.get("restarts")
     if restarts:
         parts.append(f"restarts {restarts}")

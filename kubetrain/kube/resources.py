@@ -66,6 +66,7 @@ VALIDATING_WEBHOOKS = Resource(
     namespaced=False,
 )
 ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
 
 # Pod groups of the three gang schedulers the controller can drive.
 NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup")

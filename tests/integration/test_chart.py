@@ -54,6 +54,7 @@ def test_defaults_match_the_kustomize_install() -> None:
         "Role/kubetrain-leader-election",
         "RoleBinding/kubeflow-trainer-public",
         "RoleBinding/kubetrain-leader-election",
+        "Service/kubetrain-controller",
         "Service/kubetrain-controller-metrics",
         "ServiceAccount/kubetrain-controller",
     ]
@@ -84,6 +85,10 @@ def test_defaults_match_the_kustomize_install() -> None:
     assert container["image"] == "kubetrain/kubetrain:0.1.0"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert "--leader-elect" in container["args"] and "--managed-by=compatible" in container["args"]
+    assert "--status-server-url=https://kubetrain-controller.kubetrain-system.svc:8082" in container["args"]
+    assert not any(
+        a.startswith("--status-server") for a in controller_args(render("statusServer.enabled=false"))
+    )
 
 
 def test_values_reach_the_controller() -> None:

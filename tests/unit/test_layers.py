@@ -3,7 +3,7 @@
 From the top: the applications (the controller, the Airflow provider, the KFP components, the
 ``kubetrain`` CLI, the dev cluster) over the job client (``kubetrain.client``), over the API models
 (``kubetrain.api``), over the Kubernetes runtime (``kubetrain.kube``), over the leaf modules
-(``naming``, ``quantity``, ``checkpoint``) that import nothing of ours. Applications do not import
+(``naming``, ``quantity``, ``checkpoint``, ``progress``) that import no other layer. Applications do not import
 each other; only the ``kubetrain`` entry point gathers them. ``kubernetes_asyncio`` is used by the
 runtime and the client only, ``prometheus_client`` by the controller only.
 
@@ -26,7 +26,7 @@ FOLDERS = {
     "kubetrain.components": "components",
     "kubetrain": "kubetrain",
 }
-LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint")
+LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint", "kubetrain.progress")
 APPS = (
     "kubetrain.controller",
     "kubetrain.operators",

@@ -5,7 +5,8 @@
 | ``emptyDir`` | ``<state>/pods/<pod uid>/volumes/<name>``, removed with the pod |
 | ``hostPath`` | the path itself (this is the host) |
 | ``persistentVolumeClaim`` | the ``hostPath`` of the bound PersistentVolume (for claims of the ``kubetrain-local`` class: ``<cluster state>/volumes/<ns>/<claim>``, kept until the claim is deleted) |
-| ``configMap``, ``secret`` | ``<state>/pods/<pod uid>/volumes/<name>``, one file per key |
+| ``configMap``, ``secret`` | ``<state>/pods/<pod uid>/volumes/<name>``, one file per key (or per ``items`` entry) |
+| ``projected`` | the same, from its ``configMap`` and ``secret`` sources and its ``serviceAccountToken``: a token from the TokenRequest API, bound to the pod, with the source's audience and expiry, as a kubelet gets it (not renewed: a pod that runs past the expiry keeps the old token) |
 
 Claims are bound by the dev cluster's provisioner (``kubetrain.devcluster.provisioner``), a
 component of its own; a pod's claim is mounted from the hostPath of the volume bound to it.
@@ -18,8 +19,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
-from kubetrain.kube.resources import CONFIGMAPS, PVCS, PVS, SECRETS
+from kubetrain.kube.resources import CONFIGMAPS, PVCS, PVS, SECRETS, SERVICE_ACCOUNTS
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -31,38 +33,75 @@ class VolumeError(RuntimeError):
 
 async def prepare(kube: KubeClient, pod: Obj, pod_dir: Path) -> dict[str, Path]:
     """Host directory of every volume of ``pod``, created and filled as needed."""
-    namespace = pod["metadata"]["namespace"]
-    result: dict[str, Path] = {}
-    for volume in pod["spec"].get("volumes") or []:
-        name = volume["name"]
-        local = pod_dir / "volumes" / name
-        if "emptyDir" in volume:
-            local.mkdir(parents=True, exist_ok=True)
-            result[name] = local
-        elif "hostPath" in volume:
-            path = Path(volume["hostPath"]["path"])
-            if volume["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
-                path.mkdir(parents=True, exist_ok=True)
-            result[name] = path
-        elif "persistentVolumeClaim" in volume:
-            result[name] = await _claim_path(kube, namespace, volume["persistentVolumeClaim"]["claimName"])
-        elif "configMap" in volume or "secret" in volume:
-            source = volume.get("configMap") or volume.get("secret") or {}
-            ref = source.get("name") or source.get("secretName")
-            resource = CONFIGMAPS if "configMap" in volume else SECRETS
-            obj = await kube.get(resource, ref, namespace) if ref else None
-            if obj is None and not source.get("optional"):
-                raise VolumeError(f"{resource.kind} {ref!r} of volume {name!r} does not exist")
-            local.mkdir(parents=True, exist_ok=True)
-            data = (obj or {}).get("data") or {}
-            for key, value in data.items():
-                content = base64.b64decode(value) if resource is SECRETS else str(value).encode()
-                (local / key).write_bytes(content)
-            result[name] = local
-        else:
-            local.mkdir(parents=True, exist_ok=True)  # projected tokens and the like: an empty directory
-            result[name] = local
-    return result
+    return {
+        volume["name"]: await _prepare_one(kube, pod, volume, pod_dir / "volumes" / volume["name"])
+        for volume in pod["spec"].get("volumes") or []
+    }
+
+
+async def _prepare_one(kube: KubeClient, pod: Obj, volume: Obj, local: Path) -> Path:
+    namespace, name = pod["metadata"]["namespace"], volume["name"]
+    if "hostPath" in volume:
+        path = Path(volume["hostPath"]["path"])
+        if volume["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
+            path.mkdir(parents=True, exist_ok=True)
+        return path
+    if "persistentVolumeClaim" in volume:
+        return await _claim_path(kube, namespace, volume["persistentVolumeClaim"]["claimName"])
+    local.mkdir(parents=True, exist_ok=True)  # emptyDir, downwardAPI and the like: an empty directory
+    if "configMap" in volume or "secret" in volume:
+        await _write_source(kube, namespace, name, volume, local)
+    for source in (volume.get("projected") or {}).get("sources") or []:
+        if "serviceAccountToken" in source:
+            token = await _token(kube, pod, source["serviceAccountToken"])
+            _write(local / source["serviceAccountToken"]["path"], token.encode())
+        elif "configMap" in source or "secret" in source:
+            await _write_source(kube, namespace, name, source, local)
+    return local
+
+
+def _write(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+async def _write_source(kube: KubeClient, namespace: str, volume: str, source: Obj, local: Path) -> None:
+    """The keys of a ``configMap`` or ``secret`` source as files (only its ``items``, when it lists any)."""
+    ref_source = source.get("configMap") or source.get("secret") or {}
+    ref = ref_source.get("name") or ref_source.get("secretName")
+    resource = CONFIGMAPS if "configMap" in source else SECRETS
+    obj = await kube.get(resource, ref, namespace) if ref else None
+    if obj is None and not ref_source.get("optional"):
+        raise VolumeError(f"{resource.kind} {ref!r} of volume {volume!r} does not exist")
+    data = (obj or {}).get("data") or {}
+    items = ref_source.get("items")
+    paths = {i["key"]: i["path"] for i in items} if items else {key: key for key in data}
+    for key, path in paths.items():
+        if key not in data:
+            if ref_source.get("optional"):
+                continue
+            raise VolumeError(f"{resource.kind} {ref!r} of volume {volume!r} has no key {key!r}")
+        value = data[key]
+        _write(local / path, base64.b64decode(value) if resource is SECRETS else str(value).encode())
+
+
+async def _token(kube: KubeClient, pod: Obj, source: Obj) -> str:
+    """A ServiceAccount token for the pod, bound to it, through the TokenRequest API."""
+    meta = pod["metadata"]
+    account = pod["spec"].get("serviceAccountName") or "default"
+    spec: Obj = {
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        "expirationSeconds": int(source.get("expirationSeconds") or 3600),
+    }
+    if source.get("audience"):
+        spec["audiences"] = [source["audience"]]
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    path = SERVICE_ACCOUNTS.path(meta["namespace"], account, "token")
+    try:
+        answer = await kube.request("POST", path, body=body, resource="serviceaccounts/token")
+    except errors.APIError as exc:
+        raise VolumeError(f"no token for service account {account!r}: {exc}") from exc
+    return str(answer["status"]["token"])
 
 
 async def _claim_path(kube: KubeClient, namespace: str, claim: str) -> Path:

@@ -277,7 +277,16 @@ async def test_kubectl_lists_trainjobs_and_runtimes_with_useful_columns(
         out = kubectl("get", "trainjob,clustertrainingruntime", "-A").stdout
         lines = out.splitlines()
         trainjob_header = next(line for line in lines if line.startswith("NAMESPACE"))
-        assert trainjob_header.split() == ["NAMESPACE", "NAME", "STATE", "RUNTIME", "NODES", "AGE"]
+        assert trainjob_header.split() == [
+            "NAMESPACE",
+            "NAME",
+            "STATE",
+            "RUNTIME",
+            "NODES",
+            "PROGRESS",
+            "ETA",
+            "AGE",
+        ]
         row = next(line for line in lines if "trainjob.trainer.kubeflow.org/shown" in line).split()
         assert row[2:5] == ["Complete", runtime["metadata"]["name"], "2"]
         runtime_row = next(

@@ -1,0 +1,1 @@
+"""The status server: training pods report progress, the controller writes it on their job."""

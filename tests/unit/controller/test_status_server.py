@@ -1,0 +1,251 @@
+"""The status server's pure parts: which job a path names, who may report, what is written, what pods get."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp.test_utils import make_mocked_request
+
+from kubetrain import naming
+from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
+from kubetrain.controller import frameworks
+from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.plugins.status_server import StatusServerPlugin
+from kubetrain.controller.reconcilers import children, jobset
+from kubetrain.controller.state import JobIdentity
+from kubetrain.controller.statusserver.authz import (
+    POD_NAME_EXTRA,
+    POD_UID_EXTRA,
+    Target,
+    authorise,
+    bound_pod,
+    target_of,
+)
+from kubetrain.controller.statusserver.server import StatusServer, job_patch, parse_report
+from kubetrain.controller.statusserver.tls import self_signed
+from kubetrain.controller.trainer.build import build
+from kubetrain.kube import errors
+
+pytestmark = pytest.mark.unit
+RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
+TRAINJOB_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/mnist/status"
+PYTORCHJOB_PATH = "/apis/kubeflow.org/v1/namespaces/team/pytorchjobs/digits/status"
+
+
+def test_the_path_names_the_job_exactly_as_kubeflow_trainers_url_does() -> None:
+    target = target_of(TRAINJOB_PATH)
+    assert target == Target(TRAINJOB, "team", "mnist")
+    assert target.path == TRAINJOB_PATH
+    assert target_of(PYTORCHJOB_PATH) == Target(PYTORCHJOB, "team", "digits")
+    for wrong in (
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainingruntimes/x/status",
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/mnist",
+        "/status",
+    ):
+        assert target_of(wrong) is None
+
+
+def review(
+    *, audiences: list[str] | None = None, pod: str | None = "mnist-node-0-0", ns: str = "team"
+) -> Any:
+    extra = {POD_NAME_EXTRA: [pod], POD_UID_EXTRA: ["pod-uid"]} if pod else {}
+    return {
+        "status": {
+            "authenticated": True,
+            "audiences": [TRAINJOB_PATH] if audiences is None else audiences,
+            "user": {"username": f"system:serviceaccount:{ns}:default", "extra": extra},
+        }
+    }
+
+
+def pod(owner_kind: str = "TrainJob", owner: str = "mnist", uid: str = "pod-uid") -> dict[str, Any]:
+    api = "trainer.kubeflow.org/v1alpha1" if owner_kind == "TrainJob" else "kubeflow.org/v1"
+    return {
+        "metadata": {
+            "name": "mnist-node-0-0",
+            "namespace": "team",
+            "uid": uid,
+            "ownerReferences": [{"apiVersion": api, "kind": owner_kind, "name": owner, "controller": True}],
+        }
+    }
+
+
+def test_a_token_of_a_pod_of_the_job_is_allowed() -> None:
+    target = Target(TRAINJOB, "team", "mnist")
+    assert bound_pod(review(), target) == ("mnist-node-0-0", "pod-uid")
+    assert authorise(target, "pod-uid", pod()).allowed
+
+
+def test_an_invalid_token_or_one_for_another_audience_is_401() -> None:
+    target = Target(TRAINJOB, "team", "mnist")
+    assert bound_pod({"status": {"authenticated": False, "error": "expired"}}, target).status == 401  # type: ignore[union-attr]
+    other = review(audiences=["/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/other/status"])
+    assert bound_pod(other, target).status == 401  # type: ignore[union-attr]
+
+
+def test_a_token_of_no_pod_of_another_namespace_or_of_another_jobs_pod_is_403() -> None:
+    target = Target(TRAINJOB, "team", "mnist")
+    assert bound_pod(review(pod=None), target).status == 403  # type: ignore[union-attr]
+    assert bound_pod(review(ns="elsewhere"), target).status == 403  # type: ignore[union-attr]
+    assert authorise(target, "pod-uid", pod(owner="other")).status == 403
+    assert authorise(target, "pod-uid", pod(owner_kind="PyTorchJob")).status == 403  # same name, other kind
+    assert authorise(target, "pod-uid", pod(uid="a-new-pod-of-that-name")).status == 403
+    assert authorise(target, "pod-uid", None).status == 403
+
+
+def test_a_report_is_validated_against_the_crd_and_keeps_only_trainer_status_fields() -> None:
+    body = {
+        "trainerStatus": {
+            "progressPercentage": 40,
+            "metrics": [{"name": "loss", "value": "0.5"}],
+            "lastUpdatedTime": "2026-01-01T00:00:00+00:00",
+            "somethingElse": 1,
+        }
+    }
+    assert parse_report(body) == {
+        "progressPercentage": 40,
+        "metrics": [{"name": "loss", "value": "0.5"}],
+        "lastUpdatedTime": "2026-01-01T00:00:00+00:00",
+    }
+    assert "lastUpdatedTime" in parse_report({"trainerStatus": {}})
+    with pytest.raises(ValueError, match="progressPercentage"):
+        parse_report({"trainerStatus": {"progressPercentage": 140}})
+    with pytest.raises(ValueError, match="trainerStatus"):
+        parse_report({"progress": 1})
+
+
+def test_a_trainjob_report_replaces_trainer_status_and_a_v1_report_goes_to_annotations() -> None:
+    status = {"progressPercentage": 40, "lastUpdatedTime": "t"}
+    body, subresource = job_patch(Target(TRAINJOB, "team", "mnist"), status)
+    assert subresource == "status"
+    assert body["status"]["trainerStatus"] == {
+        "progressPercentage": 40,
+        "estimatedRemainingSeconds": None,  # a field the report leaves out is removed
+        "metrics": None,
+        "lastUpdatedTime": "t",
+    }
+    body, subresource = job_patch(Target(PYTORCHJOB, "team", "digits"), status)
+    annotations = body["metadata"]["annotations"]
+    assert subresource is None
+    assert json.loads(annotations[naming.ANNOTATION_TRAINER_STATUS]) == status
+    assert annotations[naming.ANNOTATION_PROGRESS] == "40"
+    assert annotations[naming.ANNOTATION_ETA] is None
+
+
+PLUGIN = StatusServerPlugin("https://controller.example:8082", "PEM")
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def test_every_container_of_a_v1_job_gets_the_contract_and_the_projected_token() -> None:
+    template = {
+        "spec": {"containers": [{"name": "pytorch", "image": "img"}, {"name": "side", "image": "img"}]}
+    }
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "digits", "namespace": "team", "uid": "u1"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
+    }
+    info = job_info(job, frameworks.by_name("PyTorchJob"))
+    built = children.build_pod(info, "Master", 0, [PLUGIN])
+    for container in built["spec"]["containers"]:
+        env = env_of(container)
+        assert env[naming.ENV_TRAINER_SERVER_URL] == "https://controller.example:8082" + PYTORCHJOB_PATH
+        assert env[naming.ENV_TRAINER_SERVER_TOKEN] == "/var/run/secrets/kubeflow/trainer/token"
+        assert env[naming.ENV_TRAINER_SERVER_CA_CERT] == "/var/run/secrets/kubeflow/trainer/ca.crt"
+    [volume] = [v for v in built["spec"]["volumes"] if v["name"] == "kubeflow-trainer-token"]
+    token, ca = volume["projected"]["sources"]
+    assert token["serviceAccountToken"] == {
+        "audience": PYTORCHJOB_PATH,
+        "expirationSeconds": 3600,
+        "path": "token",
+    }
+    assert ca["configMap"]["name"] == "digits-tls-config"
+    config = PLUGIN.tls_config(JobIdentity(job))
+    assert config["data"] == {"ca.crt": "PEM"}
+    assert config["metadata"]["ownerReferences"][0]["uid"] == "u1"
+
+
+def test_only_a_trainjobs_trainer_pods_get_it_not_its_initializers() -> None:
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "mnist", "namespace": "team", "uid": "u2"},
+        "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"}},
+    }
+    info = build(job, yaml.safe_load((RUNTIMES / "torchtune-llama3.2-1b.yaml").read_text()))
+    urls = {}
+    for pod_set in info.pod_sets:
+        built = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=0, plugins=[PLUGIN])
+        urls[pod_set.name] = env_of(built["spec"]["containers"][0]).get(naming.ENV_TRAINER_SERVER_URL)
+    assert urls.pop("node") == "https://controller.example:8082" + TRAINJOB_PATH
+    assert urls and not any(urls.values()), urls
+
+
+class FakeKube:
+    """The three calls the server makes, answered from fixed data (a unit test of the handler only)."""
+
+    def __init__(self, *, patch_error: Exception | None = None) -> None:
+        self.reviews = 0
+        self.patches: list[tuple[str, dict[str, Any], str | None]] = []
+        self.patch_error = patch_error
+
+    async def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> Any:
+        self.reviews += 1
+        return review() if body["spec"]["token"] == "good" else {"status": {"authenticated": False}}
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        return pod()
+
+    async def patch(self, resource: Any, name: str, body: Any, **kwargs: Any) -> Any:
+        if self.patch_error is not None:
+            raise self.patch_error
+        self.patches.append((name, body, kwargs.get("subresource")))
+        return {}
+
+
+async def post(server: StatusServer, path: str, token: str, body: Any) -> int:
+    request = make_mocked_request(
+        "POST", path, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    )
+    raw = json.dumps(body).encode()
+
+    async def read_json() -> Any:
+        return json.loads(raw)
+
+    request.json = read_json  # type: ignore[method-assign]
+    return (await server.handle(request)).status
+
+
+async def test_the_handler_answers_each_case_and_trusts_a_verdict_for_a_while() -> None:
+    kube = FakeKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=lambda: 0.0)  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(server, TRAINJOB_PATH, "good", report) == 200
+    assert await post(server, TRAINJOB_PATH, "good", report) == 200
+    assert kube.reviews == 1, "an allowed token is not reviewed again within VERDICT_TTL"
+    assert kube.patches[0][0] == "mnist" and kube.patches[0][2] == "status"
+    assert await post(server, TRAINJOB_PATH, "bad", report) == 401
+    assert await post(server, "/apis/x/v1/namespaces/team/things/y/status", "good", report) == 404
+    assert await post(server, TRAINJOB_PATH, "good", {"trainerStatus": {"progressPercentage": -1}}) == 400
+
+
+async def test_a_write_the_api_server_refuses_is_a_503_to_try_again_and_a_missing_job_a_404() -> None:
+    unavailable = StatusServer(
+        FakeKube(patch_error=errors.APIError(500, "etcd timeout")),  # type: ignore[arg-type]
+        self_signed(["127.0.0.1"]),
+    )
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(unavailable, TRAINJOB_PATH, "good", report) == 503
+    gone = StatusServer(
+        FakeKube(patch_error=errors.APINotFoundError(404, "not found")),  # type: ignore[arg-type]
+        self_signed(["127.0.0.1"]),
+    )
+    assert await post(gone, TRAINJOB_PATH, "good", report) == 404
