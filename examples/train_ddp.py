@@ -22,6 +22,9 @@ lose the steps since the last checkpoint: every rank stops at the end of the
 same step (they agree on it each step) and rank 0 saves that step first, so the
 recreated pods resume where training was stopped.
 
+Every step reports its progress and loss (``kubetrain.progress``): the job shows
+PROGRESS and ETA in ``kubectl get`` while it trains.
+
     python examples/train_ddp.py --steps 200 --checkpoint-every 20
 """
 
@@ -45,6 +48,7 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff
+from kubetrain.progress import report_progress
 
 T = TypeVar("T")
 
@@ -335,6 +339,7 @@ def main() -> int:
         loss_value = float(loss.detach())
         if args.step_seconds:
             time.sleep(args.step_seconds)
+        report_progress(step, total=args.steps, metrics={"loss": loss_value})  # live on the job (rank 0)
         if step % 10 == 0 or step == args.steps:
             log(rank, "training", step=step, loss=f"{loss_value:.4f}")
         if keep is not None:
