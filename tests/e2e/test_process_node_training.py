@@ -399,74 +399,41 @@ async def _trained_to(core: client.CoreV1Api, namespace: str, pod: str, step: in
     return max(steps, default=0) if max(steps, default=0) >= step else 0
 
 
-async def _disrupted_and_resumed(
-    jobs: Jobs, core: client.CoreV1Api, namespace: str, name: str, stopped_after: int, host_dir: Path
+@pytest.mark.parametrize("how", ["evicted", "drained"])
+async def test_a_disrupted_job_saves_where_it_stopped_and_resumes_there_uncounted(
+    how: str, controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:
-    """The job succeeds with the disruption counted, no restart counted, and every rank resumed from
-    the step the disrupted attempt stopped at (saved then: no periodic checkpoint is that early)."""
-    job = await jobs.wait_condition(name, "Succeeded", timeout=300)
-    assert job["status"].get("disruptions", 0) >= 1, job["status"]
-    assert job["status"].get("restartCount", 0) == 0, job["status"]
-    assert any(reason == "PyTorchJobDisrupted" for _, reason, _ in await jobs.events(name))
-    for pod in [f"{name}-master-0", f"{name}-worker-0"]:
+    """The master evicted through the Eviction API, or the whole node drained (then uncordoned): the job
+    succeeds with the disruption counted and no restart, and every rank resumed from the step the
+    disrupted attempt stopped at (saved then: no periodic checkpoint is that early)."""
+    await make_claim(core, namespace, "ckpt")
+    job = digits_job(how, steps=400, every=1000, step_seconds=0.05, workers=1, claim="ckpt",
+                     run_policy={"backoffLimit": 0})  # fmt: skip
+    await jobs.create(job)
+    host_dir = await claim_dir(core, namespace, "ckpt")
+    master = f"{how}-master-0"
+    reached = await eventually(
+        lambda: _trained_to(core, namespace, master, 60), timeout=180, what="step 60 on the master"
+    )
+    if how == "evicted":
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=master, namespace=namespace))
+        await core.create_namespaced_pod_eviction(master, namespace, eviction)
+    else:
+        node = (await core.read_namespaced_pod(master, namespace)).spec.node_name
+        try:
+            selector = f"--pod-selector=training.kubeflow.org/job-name={how}"
+            drained = await asyncio.to_thread(kubectl, "drain", node, selector, "--timeout=90s")
+            assert drained.returncode == 0, drained.stderr
+        finally:
+            await asyncio.to_thread(kubectl, "uncordon", node)
+
+    done = await jobs.wait_condition(how, "Succeeded", timeout=300)
+    assert done["status"].get("disruptions", 0) >= 1, done["status"]
+    assert done["status"].get("restartCount", 0) == 0, done["status"]
+    assert any(reason == "PyTorchJobDisrupted" for _, reason, _ in await jobs.events(how))
+    for pod in [master, f"{how}-worker-0"]:
         resumed = [int(m[2]) for m in RESUMED_LINE.finditer(await logs(core, namespace, pod))]
         assert resumed, f"{pod} did not resume from a checkpoint"
-        assert stopped_after <= resumed[0] < 1000, (pod, resumed, stopped_after)
+        assert reached <= resumed[0] < 1000, (pod, resumed, reached)
     saved = sorted(int(p.name.split("-")[1]) for p in host_dir.glob("step-*"))
     assert resumed[0] in saved, saved
-
-
-async def test_an_evicted_master_saves_where_it_stopped_and_the_job_resumes_there_uncounted(
-    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
-) -> None:
-    await make_claim(core, namespace, "ckpt")
-    job = digits_job(
-        "evicted",
-        steps=400,
-        every=1000,
-        step_seconds=0.05,
-        workers=1,
-        claim="ckpt",
-        run_policy={"backoffLimit": 0},
-    )
-    await jobs.create(job)
-    host_dir = await claim_dir(core, namespace, "ckpt")
-    reached = await eventually(
-        lambda: _trained_to(core, namespace, "evicted-master-0", 60),
-        timeout=180,
-        what="step 60 on the master",
-    )
-    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evicted-master-0", namespace=namespace))
-    await core.create_namespaced_pod_eviction("evicted-master-0", namespace, eviction)
-    await _disrupted_and_resumed(jobs, core, namespace, "evicted", reached, host_dir)
-
-
-async def test_a_drained_node_stops_the_job_which_resumes_where_it_stopped_once_uncordoned(
-    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
-) -> None:
-    await make_claim(core, namespace, "ckpt")
-    job = digits_job(
-        "drained",
-        steps=400,
-        every=1000,
-        step_seconds=0.05,
-        workers=1,
-        claim="ckpt",
-        run_policy={"backoffLimit": 0},
-    )
-    await jobs.create(job)
-    host_dir = await claim_dir(core, namespace, "ckpt")
-    reached = await eventually(
-        lambda: _trained_to(core, namespace, "drained-master-0", 60),
-        timeout=180,
-        what="step 60 on the master",
-    )
-    node = (await core.read_namespaced_pod("drained-master-0", namespace)).spec.node_name
-    try:
-        drained = await asyncio.to_thread(
-            kubectl, "drain", node, "--pod-selector=training.kubeflow.org/job-name=drained", "--timeout=90s"
-        )
-        assert drained.returncode == 0, drained.stderr
-    finally:
-        await asyncio.to_thread(kubectl, "uncordon", node)
-    await _disrupted_and_resumed(jobs, core, namespace, "drained", reached, host_dir)
