@@ -70,6 +70,7 @@ class LaunchRequest:
     ttl_seconds_after_finished: int = -1
     active_deadline_seconds: int = 0
     backoff_limit: int = -1
+    stall_timeout_seconds: int = 0
     wait_timeout: float = 0.0
     node_selector: Mapping[str, str] | None = None
     tolerations: Sequence[Obj] | None = None
@@ -158,6 +159,7 @@ class LaunchRequest:
                 else self.ttl_seconds_after_finished,
                 active_deadline_seconds=self.active_deadline_seconds or None,
                 backoff_limit=None if self.backoff_limit < 0 else self.backoff_limit,
+                stall_timeout_seconds=self.stall_timeout_seconds or None,
                 node_selector=dict(self.node_selector) if self.node_selector else None,
                 tolerations=list(self.tolerations) if self.tolerations else None,
                 working_dir=self.working_dir or None,

@@ -122,6 +122,11 @@ TRAINER_TOKEN_KEY: Final = "token"
 ANNOTATION_TRAINER_STATUS: Final = "kubetrain.dev/trainer-status"
 ANNOTATION_PROGRESS: Final = "kubetrain.dev/progress"
 ANNOTATION_ETA: Final = "kubetrain.dev/eta-seconds"
+# Stall recovery: no progress report for this long while every pod runs restarts the pods; after
+# max-stalls restarts for a stall the job fails with reason Stalled.
+ANNOTATION_STALL_TIMEOUT: Final = "kubetrain.dev/stall-timeout-seconds"
+ANNOTATION_MAX_STALLS: Final = "kubetrain.dev/max-stalls"
+DEFAULT_MAX_STALLS: Final = 3
 
 # -- GPUs -----------------------------------------------------------------------------------------
 GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -292,6 +292,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     :param ttl_seconds_after_finished: the controller deletes the job this long after it finished.
     :param active_deadline_seconds: the job fails once it has run this long.
     :param backoff_limit: restarts allowed before the job fails (v1 kinds).
+    :param stall_timeout_seconds: restart the job's pods when no progress report came for this long.
     :param clean_pod_policy: None, Running or All (v1 kinds).
     :param restart_policy: OnFailure, Always, Never or ExitCode (v1 kinds).
     :param runtime: TrainJob: the ClusterTrainingRuntime (or TrainingRuntime) to run on.
@@ -360,6 +361,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         ttl_seconds_after_finished: int | None = None,
         active_deadline_seconds: int | None = None,
         backoff_limit: int | None = None,
+        stall_timeout_seconds: int | None = None,
         clean_pod_policy: str | None = None,
         restart_policy: str = "OnFailure",
         runtime: str | None = None,
@@ -405,6 +407,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.active_deadline_seconds = active_deadline_seconds
         self.backoff_limit = backoff_limit
+        self.stall_timeout_seconds = stall_timeout_seconds
         self.clean_pod_policy = clean_pod_policy
         self.restart_policy = restart_policy
         self.runtime = runtime
@@ -500,6 +503,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 ttl_seconds_after_finished=self.ttl_seconds_after_finished,
                 active_deadline_seconds=self.active_deadline_seconds,
                 backoff_limit=self.backoff_limit,
+                stall_timeout_seconds=self.stall_timeout_seconds,
                 clean_pod_policy=self.clean_pod_policy,
                 restart_policy=self.restart_policy,
                 scheduling=self.scheduling,

@@ -50,7 +50,7 @@ from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin,
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
 from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers import jobset, stalls
 from kubetrain.controller.reconcilers.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
 from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
 from kubetrain.controller.reconcilers.skeleton import (
@@ -59,6 +59,7 @@ from kubetrain.controller.reconcilers.skeleton import (
     Pass,
     Shared,
     parse_time,
+    rfc3339,
     seconds_left,
 )
 from kubetrain.controller.reconcilers.tls_config import sync_tls_config
@@ -242,6 +243,35 @@ class TrainJobReconciler(JobReconciler):
         metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
         return await self._restart(ctx, info, attempt, "Restarting", decision.message, counts=decision.counts)
 
+    async def _stall(
+        self, ctx: _Pass, info: TrainJobInfo, obs: jobset.Observation, attempt: int
+    ) -> tuple[Result | None, float | None]:
+        """Restart the attempt (counted) when every pod runs but nothing was reported for the stall
+        timeout, or fail the job once it stalled too often; else when to look again."""
+        policy = stalls.StallPolicy.of(ctx.job)
+        live = [p for j in obs.jobs for p in j.live.values()]
+        if policy is None or obs.stale or obs.terminating_stale:
+            return None, None
+        if len(live) < sum(s.replicas * s.count for s in info.pod_sets):
+            return None, None
+        status = ctx.status
+        stall, wait = stalls.check(policy, {**ctx.job, "status": status}, live, ctx.now)
+        if stall is None:
+            return None, wait
+        count = int(status.get("stalls") or 0) + 1
+        status["stalls"], status["lastStallTime"] = count, ctx.stamp
+        message = (
+            f"TrainJob {info.name} reported no progress for {stall.seconds:.0f}s (since "
+            f"{rfc3339(stall.since)}, last step {stall.last_step or 'unknown'})"
+        )
+        if count > policy.max_stalls:
+            message += f"; it stalled {count} times, {naming.ANNOTATION_MAX_STALLS} is {policy.max_stalls}"
+            await self._finish(ctx, info, False, stalls.STALLED, message)
+            return self._ttl_result(ctx), None
+        metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
+        message += f"; restarting all pods ({count} of {policy.max_stalls})"
+        return await self._restart(ctx, info, attempt, stalls.STALLED, message, counts=True), None
+
     async def _restart(
         self, ctx: _Pass, info: TrainJobInfo, attempt: int, reason: str, message: str, *, counts: bool
     ) -> Result:
@@ -304,6 +334,9 @@ class TrainJobReconciler(JobReconciler):
             )
             return self._ttl_result(ctx)
 
+        stalled, stall_wait = await self._stall(ctx, info, obs, attempt)
+        if stalled is not None:
+            return stalled
         if obs.stale or obs.terminating_stale:
             # Pods of an earlier restart attempt hold the hostnames; new pods wait until they are gone.
             await self.write_status(ctx)
@@ -342,7 +375,9 @@ class TrainJobReconciler(JobReconciler):
             self.recorder.event(info.job, WARNING, "PodTemplateOverridden", warning)
         if creates:
             log.info("trainjob %s: created %d pods", ctx.key, len(creates))
-        return Result(requeue_after=obs.next_deadline(ctx.now))  # a child Job's activeDeadlineSeconds
+        # a child Job's activeDeadlineSeconds, or when the job could next be stalled
+        wake = [t for t in (obs.next_deadline(ctx.now), stall_wait) if t is not None]
+        return Result(requeue_after=min(wake, default=None))
 
     # -- the runtime -----------------------------------------------------------------------------------
     async def _runtime(self, ctx: _Pass) -> Obj | None:

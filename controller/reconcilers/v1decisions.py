@@ -47,7 +47,7 @@ from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, r
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
 from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import restarts
+from kubetrain.controller.reconcilers import restarts, stalls
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
 from kubetrain.controller.reconcilers.observe import (
     FENCED,
@@ -306,6 +306,10 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
     if new_restarts:
         d.counters.append(("restarted", new_restarts))
     _count_disruptions(d, obs)
+    stalled, stall_wait = _stall(d, obs)
+    if d.phase is Phase.FINISHING:  # stalled once too often
+        _cleanup(d, setup, finished=True)
+        return d
     if obs.to_restart:
         # Restarting means failed pods are being recreated, as upstream: a container the kubelet restarts
         # in place (a crash-looping OnFailure pod) counts against the backoff limit but leaves the job
@@ -323,12 +327,45 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
         CONDITIONS.set(status, cond.RUNNING, reason=f"{kind}Running", message=message, now=d.stamp)
 
     _plan(d, obs, setup)
+    d.delete_pods.extend(p for p in stalled if p not in d.delete_pods)
     if setup.gang is not None:
         d.pod_group = setup.gang.pod_group(info)
     d.autoscaler = info.framework.autoscaler(info)
     started = parse_time(status.get("startTime"))
-    d.requeue_after = seconds_left(started, info.run_policy.get("activeDeadlineSeconds"), d.now)
+    deadline = seconds_left(started, info.run_policy.get("activeDeadlineSeconds"), d.now)
+    d.requeue_after = min((t for t in (deadline, stall_wait) if t is not None), default=None)
     return d
+
+
+def _stall(d: Decision, obs: Observation) -> tuple[list[Obj], float | None]:
+    """The pods to restart because the job stopped reporting progress (``controller.reconcilers.stalls``),
+    and when to look again; finishes the job (reason ``Stalled``) once it stalled too often."""
+    info, status, kind = d.info, d.status, d.info.framework.api.kind
+    policy = stalls.StallPolicy.of(info.job)
+    if policy is None or obs.to_restart or obs.terminating or obs.disrupted:
+        return [], None
+    if len(obs.pods) < sum(r.replicas for r in info.replicas.values()):
+        return [], None
+    stall, wait = stalls.check(policy, {**info.job, "status": status}, obs.pods.values(), d.now)
+    if stall is None:
+        return [], wait
+    count = int(status.get("stalls") or 0) + 1
+    status["stalls"] = count
+    status["lastStallTime"] = d.stamp
+    message = (
+        f"{kind} {info.name} reported no progress for {stall.seconds:.0f}s (since {rfc3339(stall.since)}, "
+        f"last step {stall.last_step or 'unknown'})"
+    )
+    if count > policy.max_stalls:
+        _finish(d, succeeded=False, reason=stalls.STALLED, message=f"{message}; it stalled {count} times, "
+                f"{naming.ANNOTATION_MAX_STALLS} is {policy.max_stalls}")  # fmt: skip
+        return [], None
+    status["restartCount"] = int(status.get("restartCount") or 0) + 1  # a restart like any other
+    d.counters.append(("restarted", 1))
+    d.events.append(
+        Event(WARNING, stalls.STALLED, f"{message}; restarting its pods ({count} of {policy.max_stalls})")
+    )
+    return list(obs.pods.values()), None
 
 
 def _finish(d: Decision, *, succeeded: bool, reason: str, message: str) -> None:

@@ -139,6 +139,8 @@ class JobStatus(ApiModel):
         "countedPodRestarts",
         "disruptions",
         "countedDisruptions",
+        "stalls",
+        "lastStallTime",
     )
 
     conditions: list[JobCondition] | None = None
@@ -163,6 +165,12 @@ class JobStatus(ApiModel):
     )
     counted_disruptions: list[str] | None = Field(
         None, description="kubetrain: uids of disrupted pods still present that disruptions counts already"
+    )
+    stalls: int | None = Field(
+        None, description="kubetrain: restarts because no progress was reported for the stall timeout"
+    )
+    last_stall_time: str | None = Field(
+        None, description="kubetrain: when the job was last restarted for a stall"
     )
     first_failure: FirstFailure | None = Field(
         None, description="kubetrain: the replica that failed first, and why (set when the job fails)"

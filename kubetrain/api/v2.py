@@ -340,6 +340,8 @@ class TrainJobStatus(ApiModel):
         "restarts",
         "restartsCountTowardsMax",
         "disruptions",
+        "stalls",
+        "lastStallTime",
         "jobFailures",
         "countedPodRestarts",
         "failedIndexes",
@@ -355,6 +357,12 @@ class TrainJobStatus(ApiModel):
     )
     restarts_count_towards_max: int | None = Field(
         None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
+    )
+    stalls: int | None = Field(
+        None, ge=0, description="kubetrain: restarts because no progress was reported for the stall timeout"
+    )
+    last_stall_time: str | None = Field(
+        None, description="kubetrain: when the job was last restarted for a stall"
     )
     first_failure: FirstFailure | None = Field(
         None, description="kubetrain: the node that failed first, and why (set when the job fails)"

@@ -103,6 +103,7 @@ class JobSpec:
     ttl_seconds_after_finished: int | None = None
     active_deadline_seconds: int | None = None
     backoff_limit: int | None = None
+    stall_timeout_seconds: int | None = None
     clean_pod_policy: str | None = None
     restart_policy: str = "OnFailure"
     scheduling: Mapping[str, Any] | None = None
@@ -132,6 +133,12 @@ class JobSpec:
             _non_negative(argument, getattr(self, argument))
         if self.active_deadline_seconds is not None:
             _require(self.active_deadline_seconds >= 1, "active_deadline_seconds must be at least 1")
+        if self.stall_timeout_seconds is not None:
+            _require(
+                self.stall_timeout_seconds >= 1,
+                "stall_timeout_seconds must be at least 1: seconds without a progress report before the "
+                "job's pods are restarted",
+            )
         _require(
             self.clean_pod_policy in (None, *CLEAN_POD_POLICIES),
             f"clean_pod_policy must be one of {', '.join(CLEAN_POD_POLICIES)} (got {self.clean_pod_policy!r})",
@@ -159,6 +166,8 @@ class JobSpec:
             annotations[naming.ANNOTATION_CHECKPOINT_DIR] = self.checkpoint_dir
         if self.checkpoint_volume:
             annotations[naming.ANNOTATION_CHECKPOINT_VOLUME] = self.checkpoint_volume
+        if self.stall_timeout_seconds:
+            annotations[naming.ANNOTATION_STALL_TIMEOUT] = str(self.stall_timeout_seconds)
         return {"name": self.name, "labels": dict(self.labels), "annotations": annotations}
 
     def container(self, name: str) -> Obj:

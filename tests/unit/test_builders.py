@@ -83,6 +83,7 @@ def test_a_trainjob_from_arguments_is_a_valid_manifest() -> None:
         ({"gpus": -1}, "gpus must be a whole number >= 0"),
         ({"backoff_limit": -2}, "backoff_limit must be a whole number >= 0"),
         ({"active_deadline_seconds": 0}, "active_deadline_seconds must be at least 1"),
+        ({"stall_timeout_seconds": 0}, "stall_timeout_seconds must be at least 1"),
         ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy must be one of None, Running, All"),
         ({"restart_policy": "Maybe"}, "restart_policy must be one of OnFailure"),
         ({"checkpoint_volume": "pvc"}, "checkpoint_volume needs checkpoint_dir"),
@@ -94,6 +95,12 @@ def test_a_trainjob_from_arguments_is_a_valid_manifest() -> None:
 def test_a_bad_argument_is_named(overrides: dict[str, Any], named: str) -> None:
     with pytest.raises(InvalidJobError, match=named.replace("[", r"\[").replace("]", r"\]")):
         builders.pytorchjob(spec(**overrides))
+
+
+def test_a_stall_timeout_becomes_the_jobs_annotation() -> None:
+    body = builders.pytorchjob(spec(stall_timeout_seconds=600))
+    assert body["metadata"]["annotations"][naming.ANNOTATION_STALL_TIMEOUT] == "600"
+    assert naming.ANNOTATION_STALL_TIMEOUT not in builders.pytorchjob(spec())["metadata"]["annotations"]
 
 
 def test_worker_count_and_runtime_are_checked() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -357,6 +358,58 @@ def cond_true(cluster: Cluster, ctype: str) -> bool:
     return any(
         c["type"] == ctype and c["status"] == "True" for c in cluster.job["status"].get("conditions", [])
     )
+
+
+# -- stalls -------------------------------------------------------------------------------------------
+def _running_since(cluster: Cluster, seconds_ago: float) -> None:
+    started = v1.rfc3339(cluster.now - dt.timedelta(seconds=seconds_ago))
+    for pod in cluster.pods.values():
+        pod["status"]["containerStatuses"][0]["state"] = {"running": {"startedAt": started}}
+
+
+def _reported(cluster: Cluster, seconds_ago: float, step: int) -> None:
+    report = {
+        "progressPercentage": 10,
+        "metrics": [{"name": "currentStep", "value": str(step)}],
+        "lastUpdatedTime": v1.rfc3339(cluster.now - dt.timedelta(seconds=seconds_ago)),
+    }
+    cluster.job["metadata"].setdefault("annotations", {})["kubetrain.dev/trainer-status"] = json.dumps(report)
+
+
+def test_a_job_that_stops_reporting_progress_is_restarted_then_failed_as_stalled() -> None:
+    manifest = pytorchjob("hung", workers=1, annotations={"kubetrain.dev/stall-timeout-seconds": "60",
+                                                        "kubetrain.dev/max-stalls": "1"})  # fmt: skip
+    cluster = running(manifest)
+    _running_since(cluster, 30)
+    _reported(cluster, 20, step=40)
+    quiet = cluster.step()
+    assert quiet.delete_pods == [] and quiet.requeue_after == pytest.approx(39)  # 60 s after the report
+    d = cluster.step(45)  # 66 s since the last report
+    assert sorted(p["metadata"]["name"] for p in d.delete_pods) == ["hung-master-0", "hung-worker-0"]
+    assert [e.reason for e in d.events if e.type == "Warning"] == ["Stalled"]
+    assert "reported no progress for 66s" in d.events[-1].message and "last step 40" in d.events[-1].message
+    status = cluster.job["status"]
+    assert (status["stalls"], status["restartCount"]) == (1, 1) and d.finish is None
+    cluster.step()  # new pods
+    for name in cluster.pods:
+        cluster.set(name, "Running")
+    _running_since(cluster, 0)
+    assert cluster.step(30).delete_pods == []  # the clock starts again with the new pods
+    final = cluster.step(40)
+    assert final.finish is not None and final.finish.reason == "Stalled"
+    assert "it stalled 2 times, kubetrain.dev/max-stalls is 1" in cluster.condition("Failed")["message"]
+
+
+def test_no_stall_is_found_without_a_timeout_or_while_a_pod_is_not_running() -> None:
+    cluster = running(pytorchjob("plain", workers=1))
+    _running_since(cluster, 3600)
+    assert cluster.step().delete_pods == []
+    starting = running(
+        pytorchjob("slow", workers=1, annotations={"kubetrain.dev/stall-timeout-seconds": "5"})
+    )
+    _running_since(starting, 3600)
+    starting.pods["slow-worker-0"]["status"]["containerStatuses"][0]["state"] = {"waiting": {}}
+    assert starting.step().delete_pods == [] and "stalls" not in starting.job["status"]
 
 
 # -- TFJob: replica keys in any case, dynamic workers ------------------------------------------------------
