@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubetrain import naming
-from kubetrain.controller.reconcilers.skeleton import parse_time
+from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
 from kubetrain.controller.state import Obj
 
 STALLED = "Stalled"
@@ -109,3 +109,20 @@ def check(
     if quiet < policy.timeout:
         return None, policy.timeout - quiet
     return Stall(since, quiet, step), None
+
+
+def record(status: Obj, stall: Stall, policy: StallPolicy, job: str, stamp: str) -> tuple[str, bool]:
+    """Count the stall in ``status`` (``stalls``, ``lastStallTime``); the message for the Event or the
+    Failed condition of ``job`` (e.g. "PyTorchJob mnist"), and whether the job fails for it."""
+    count = int(status.get("stalls") or 0) + 1
+    status["stalls"], status["lastStallTime"] = count, stamp
+    message = (
+        f"{job} reported no progress for {stall.seconds:.0f}s (since {rfc3339(stall.since)}, last step "
+        f"{stall.last_step or 'unknown'})"
+    )
+    if count > policy.max_stalls:
+        return (
+            f"{message}; it stalled {count} times, {naming.ANNOTATION_MAX_STALLS} is {policy.max_stalls}",
+            True,
+        )
+    return f"{message}; restarting its pods ({count} of {policy.max_stalls})", False

@@ -59,7 +59,6 @@ from kubetrain.controller.reconcilers.skeleton import (
     Pass,
     Shared,
     parse_time,
-    rfc3339,
     seconds_left,
 )
 from kubetrain.controller.reconcilers.tls_config import sync_tls_config
@@ -254,22 +253,14 @@ class TrainJobReconciler(JobReconciler):
             return None, None
         if len(live) < sum(s.replicas * s.count for s in info.pod_sets):
             return None, None
-        status = ctx.status
-        stall, wait = stalls.check(policy, {**ctx.job, "status": status}, live, ctx.now)
+        stall, wait = stalls.check(policy, {**ctx.job, "status": ctx.status}, live, ctx.now)
         if stall is None:
             return None, wait
-        count = int(status.get("stalls") or 0) + 1
-        status["stalls"], status["lastStallTime"] = count, ctx.stamp
-        message = (
-            f"TrainJob {info.name} reported no progress for {stall.seconds:.0f}s (since "
-            f"{rfc3339(stall.since)}, last step {stall.last_step or 'unknown'})"
-        )
-        if count > policy.max_stalls:
-            message += f"; it stalled {count} times, {naming.ANNOTATION_MAX_STALLS} is {policy.max_stalls}"
+        message, fails = stalls.record(ctx.status, stall, policy, f"TrainJob {info.name}", ctx.stamp)
+        if fails:
             await self._finish(ctx, info, False, stalls.STALLED, message)
             return self._ttl_result(ctx), None
         metrics.jobs_restarted.labels(info.namespace, _framework(info)).inc()
-        message += f"; restarting all pods ({count} of {policy.max_stalls})"
         return await self._restart(ctx, info, attempt, stalls.STALLED, message, counts=True), None
 
     async def _restart(

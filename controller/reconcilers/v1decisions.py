@@ -349,22 +349,13 @@ def _stall(d: Decision, obs: Observation) -> tuple[list[Obj], float | None]:
     stall, wait = stalls.check(policy, {**info.job, "status": status}, obs.pods.values(), d.now)
     if stall is None:
         return [], wait
-    count = int(status.get("stalls") or 0) + 1
-    status["stalls"] = count
-    status["lastStallTime"] = d.stamp
-    message = (
-        f"{kind} {info.name} reported no progress for {stall.seconds:.0f}s (since {rfc3339(stall.since)}, "
-        f"last step {stall.last_step or 'unknown'})"
-    )
-    if count > policy.max_stalls:
-        _finish(d, succeeded=False, reason=stalls.STALLED, message=f"{message}; it stalled {count} times, "
-                f"{naming.ANNOTATION_MAX_STALLS} is {policy.max_stalls}")  # fmt: skip
+    message, fails = stalls.record(status, stall, policy, f"{kind} {info.name}", d.stamp)
+    if fails:
+        _finish(d, succeeded=False, reason=stalls.STALLED, message=message)
         return [], None
     status["restartCount"] = int(status.get("restartCount") or 0) + 1  # a restart like any other
     d.counters.append(("restarted", 1))
-    d.events.append(
-        Event(WARNING, stalls.STALLED, f"{message}; restarting its pods ({count} of {policy.max_stalls})")
-    )
+    d.events.append(Event(WARNING, stalls.STALLED, message))
     return list(obs.pods.values()), None
 
 
