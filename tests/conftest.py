@@ -52,7 +52,7 @@ collect_ignore_glob = [
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
-        if tier in ("unit", "integration", "e2e", "faults"):
+        if tier in ("unit", "integration", "e2e", "faults", "kueue"):
             item.add_marker(getattr(pytest.mark, tier))
 
 
