@@ -18,7 +18,10 @@ from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.conftest import Kubectl
 from tests.docs_commands import run_documented, shell_env
 from tests.kueue.test_admission import gpu_job, queued
-from tests.support import HANG, Jobs, eventually
+from tests.support import HANG, Jobs, eventually, training_runtime, trainjob
+
+TJ = "TrainJob"
+UPSTREAM_STATUS = ("conditions", "jobsStatus")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +41,21 @@ async def worker_jobs(worker: DevCluster, namespace: str) -> AsyncIterator[Jobs]
         yield Jobs(client.CustomObjectsApi(api), client.CoreV1Api(api), namespace)
 
 
+def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> None:
+    """Point the manager's Kueue at the worker, as docs/kueue.md says, for ``namespace``."""
+    run_documented(
+        "docs/kueue.md",
+        "WORKER=",
+        "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
+        "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
+        "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
+        "sed ",
+        env=shell_env(manager, namespace, tmp_path),
+        replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
+    )
+    Kubectl(manager)("wait", "--for=condition=Active", "--timeout=60s", "multikueuecluster/worker")
+
+
 async def test_a_job_queued_on_the_manager_runs_on_the_worker(
     controller: Any,
     start_controller: Any,
@@ -49,19 +67,7 @@ async def test_a_job_queued_on_the_manager_runs_on_the_worker(
     tmp_path: Path,
 ) -> None:
     await start_controller(via=worker.kubeconfig)  # the worker's kubetrain, for the same namespace
-    env = shell_env(kubeconfig, namespace, tmp_path)
-    run_documented(
-        "docs/kueue.md",
-        "WORKER=",
-        "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
-        "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
-        "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
-        "sed ",
-        env=env,
-        replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
-    )
-    kubectl = Kubectl(kubeconfig)
-    kubectl("wait", "--for=condition=Active", "--timeout=60s", "multikueuecluster/worker")
+    _pair(kubeconfig, worker, namespace, tmp_path)
 
     created = time.monotonic()
     job = await jobs.create(queued(gpu_job("remote", gpus_per_pod=8, annotations=HANG), queue="multikueue"))
@@ -81,5 +87,50 @@ async def test_a_job_queued_on_the_manager_runs_on_the_worker(
     print(f"created on the manager to pods Running on the worker: {on_worker:.1f}s")
 
 
-async def _gone(jobs: Jobs, name: str) -> bool:
-    return await jobs.get(name) is None and not await jobs.pods(name)
+async def test_a_trainjob_queued_on_the_manager_runs_on_the_worker(
+    controller: Any,
+    start_controller: Any,
+    jobs: Jobs,
+    worker: DevCluster,
+    worker_jobs: Jobs,
+    namespace: str,
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    await start_controller(via=worker.kubeconfig)
+    _pair(kubeconfig, worker, namespace, tmp_path)
+    for side in (jobs, worker_jobs):  # Kueue reads the runtime on both sides
+        await side.create(training_runtime("torch", pod_annotations=HANG))
+
+    gpus = {"limits": {"nvidia.com/gpu": "4"}}
+    job = await jobs.create(
+        queued(
+            trainjob("remote", "torch", trainer={"numNodes": 2, "resourcesPerNode": gpus}), queue="multikueue"
+        )
+    )
+    assert job["spec"]["managedBy"] == naming.MANAGED_BY_MULTIKUEUE
+    await worker_jobs.wait_trainjob_pods("remote", 2, phase="Running", timeout=90)
+    assert await jobs.trainjob_pods("remote") == []
+    worker_copy = await worker_jobs.get("remote", TJ)
+    assert worker_copy is not None and worker_copy["spec"].get("managedBy") != naming.MANAGED_BY_MULTIKUEUE
+
+    async def mirrored() -> dict[str, Any] | None:
+        # Kueue copies the status through Trainer's Go types: the upstream fields, not kubetrain's own
+        # bookkeeping (jobStartTimes and the like), which only the worker's kubetrain reads.
+        manager_side, worker_side = await jobs.get("remote", TJ), await worker_jobs.get("remote", TJ)
+        status = (manager_side or {}).get("status") or {}
+        upstream = {
+            k: v for k, v in ((worker_side or {}).get("status") or {}).items() if k in UPSTREAM_STATUS
+        }
+        return manager_side if status.get("jobsStatus") and status == upstream else None
+
+    await eventually(mirrored, timeout=60, what="the worker's TrainJob status on the manager")
+    await jobs.delete("remote", TJ)
+    await eventually(
+        lambda: _gone(worker_jobs, "remote", TJ), timeout=60, what="the worker's copy to be deleted"
+    )
+
+
+async def _gone(jobs: Jobs, name: str, kind: str = "PyTorchJob") -> bool:
+    pods = await (jobs.trainjob_pods(name) if kind == TJ else jobs.pods(name))
+    return await jobs.get(name, kind) is None and not pods
