@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +18,10 @@ from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 from tests.conftest import Kubectl
 from tests.docs_commands import run_documented, shell_env
+from tests.support import running_cluster_with
 
 # What the tests' jobs need: 16 simulated GPUs (the gpus ClusterQueue's quota) and the process node.
 OPTIONS = ClusterOptions(gpu_nodes=2, gpus_per_node=8, cpu_nodes=1, kueue=True)
-
-
-def _reusable(state_dir: str) -> DevCluster | None:
-    cluster = DevCluster(Path(state_dir).expanduser())
-    state = cluster.load_state() if cluster.is_up() else None
-    return cluster if state is not None and state.options.get("kueue") else None
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +32,7 @@ def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster
     except DevClusterError as exc:
         pytest.skip(f"Kueue is not built, so its tests cannot run: {exc}")
     reuse = os.environ.get("KUBETRAIN_TEST_CLUSTER")
-    reused = _reusable(reuse) if reuse else None
+    reused = running_cluster_with(reuse, "kueue") if reuse else None
     if reused is not None:
         yield reused
         return

@@ -56,19 +56,24 @@ def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> 
     Kubectl(manager)("wait", "--for=condition=Active", "--timeout=60s", "multikueuecluster/worker")
 
 
-async def test_a_job_queued_on_the_manager_runs_on_the_worker(
+@pytest.fixture
+async def paired(
     controller: Any,
     start_controller: Any,
-    jobs: Jobs,
     worker: DevCluster,
-    worker_jobs: Jobs,
     namespace: str,
     kubeconfig: Path,
     tmp_path: Path,
 ) -> None:
-    await start_controller(via=worker.kubeconfig)  # the worker's kubetrain, for the same namespace
+    """The manager's and the worker's kubetrain for the test's namespace, and the manager's Kueue
+    pointed at the worker."""
+    await start_controller(via=worker.kubeconfig)
     _pair(kubeconfig, worker, namespace, tmp_path)
 
+
+async def test_a_job_queued_on_the_manager_runs_on_the_worker(
+    paired: None, jobs: Jobs, worker_jobs: Jobs
+) -> None:
     created = time.monotonic()
     job = await jobs.create(queued(gpu_job("remote", gpus_per_pod=8, annotations=HANG), queue="multikueue"))
     assert job["spec"]["runPolicy"]["managedBy"] == naming.MANAGED_BY_MULTIKUEUE  # Kueue's webhook
@@ -88,17 +93,8 @@ async def test_a_job_queued_on_the_manager_runs_on_the_worker(
 
 
 async def test_a_trainjob_queued_on_the_manager_runs_on_the_worker(
-    controller: Any,
-    start_controller: Any,
-    jobs: Jobs,
-    worker: DevCluster,
-    worker_jobs: Jobs,
-    namespace: str,
-    kubeconfig: Path,
-    tmp_path: Path,
+    paired: None, jobs: Jobs, worker_jobs: Jobs
 ) -> None:
-    await start_controller(via=worker.kubeconfig)
-    _pair(kubeconfig, worker, namespace, tmp_path)
     for side in (jobs, worker_jobs):  # Kueue reads the runtime on both sides
         await side.create(training_runtime("torch", pod_annotations=HANG))
 

@@ -4,6 +4,8 @@ address, the release its build installs and where, and the options of ``kubetrai
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,18 @@ def test_a_cluster_without_kueue_needs_no_kueue_binary() -> None:
 def test_the_pods_ready_timeout_needs_kueue() -> None:
     with pytest.raises(DevClusterError, match="--kueue-pods-ready-timeout needs --kueue"):
         ClusterOptions(kueue_pods_ready_timeout=10).validate()
+
+
+def test_the_stamps_of_wrapper_built_binaries_do_not_change_with_installed_releases() -> None:
+    # A changed stamp rebuilds every cached binary on the machine (a shared cache): the stamp of a
+    # wrapper-built binary is what it was before installed releases existed.
+    [etcd] = [t for t in build.TARGETS if t.binary == "etcd"]
+    digest = hashlib.sha256()
+    for name, data in sorted(build._module_files("etcd").items()):
+        digest.update(name.encode() + b"\0" + data)
+    digest.update("\0".join((etcd.package, *etcd.ldflags, "go1.26.0")).encode())
+    assert build._stamp(etcd, "go1.26.0") == digest.hexdigest()
+    [kueue_target] = [t for t in build.TARGETS if t.binary == "kueue"]
+    assert build._stamp(kueue_target, "go1.26.0") != build._stamp(
+        dataclasses.replace(kueue_target, version="v0.0.1"), "go1.26.0"
+    )
