@@ -46,7 +46,7 @@ def build_command(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when up to date.")] = False,
 ) -> None:
-    """Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok from Go modules."""
+    """Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, helm and Kueue from Go modules."""
     try:
         build.build(only=only, force=force, console=console)
     except DevClusterError as exc:
