@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from kubernetes_asyncio import client
+
 from tests.kueue.test_admission import FLAVOR_SELECTOR, FLAVOR_TOLERATION, _tolerations, gpu_job, queued
 from tests.support import HANG, Jobs, runs_for, training_runtime, trainjob
 
@@ -36,3 +39,13 @@ async def test_a_queued_trainjob_waits_for_quota_then_runs_on_the_flavor(
     admitted = await jobs.get("tuned", TJ)
     assert admitted is not None
     assert [p["manager"] for p in admitted["spec"]["runtimePatches"]] == ["kueue.x-k8s.io/manager"]
+
+
+async def test_with_kueue_a_trainjob_naming_a_missing_runtime_is_refused_even_unqueued(
+    controller: Any, jobs: Jobs, queues: str
+) -> None:
+    # Kueue's TrainJob webhook reads the runtime of every TrainJob, queued or not; without Kueue,
+    # kubetrain accepts the TrainJob and reports the missing runtime in a condition until it exists.
+    with pytest.raises(client.ApiException) as refused:
+        await jobs.create(trainjob("early", "not-yet"))
+    assert refused.value.status == 403 and "runtime 'not-yet' not found" in refused.value.body
