@@ -136,7 +136,7 @@ test-unit: venv ## Unit tests only (no cluster)
 # name no node, so tests/sdk starts a small cluster of its own with --process-node-default
 # (the other suites rely on simulated nodes taking such pods).
 .PHONY: test
-test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, integration, e2e, Airflow, KFP and upstream SDK tests on fresh local clusters
+test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, integration, e2e, Airflow, KFP, Kueue and upstream SDK tests on fresh local clusters
 	@state=$$(mktemp -d -t kubetrain-test-XXXXXX); \
 	trap '$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null' EXIT; \
 	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 && \
@@ -146,6 +146,7 @@ test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, inte
 	echo ">> Airflow 2.11 provider tests" && $(AIRFLOW2_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \
 	echo ">> KFP component tests" && $(KFP_VENV)/bin/pytest tests/kfp $(PYTEST_ARGS) && \
 	$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null 2>&1 && \
+	echo ">> Kueue tests (their own cluster, with --kueue)" && $(VENV)/bin/pytest tests/kueue $(PYTEST_ARGS) && \
 	echo ">> upstream SDK tests (their own cluster)" && $(SDK_VENV)/bin/pytest tests/sdk $(PYTEST_ARGS)
 
 .PHONY: demo

@@ -64,6 +64,10 @@ MANAGED_BY_TRAINING_OPERATOR: Final = "kubeflow.org/training-operator"  # upstre
 MANAGED_BY_TRAINER: Final = "trainer.kubeflow.org/trainjob-controller"  # upstream TrainJobs
 MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 
+# -- Kueue: the labels a job is queued with (Kueue reads them; kubetrain never writes them) -----------
+LABEL_KUEUE_QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"  # the job's LocalQueue
+LABEL_KUEUE_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass
+
 
 def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:
     """The name JobSet gives a child Job: ``<trainjob>-<replicated job>-<job index>``."""

@@ -49,10 +49,22 @@ collect_ignore_glob = [
 ]
 
 
+KUEUE_TESTS = REPO / "tests" / "kueue"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/kueue runs on a cluster of its own (started with --kueue), so only when asked for by
+    path (``pytest tests/kueue``, as make test does): the session's fixtures hold one cluster."""
+    if collection_path != KUEUE_TESTS:
+        return None
+    asked = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    return not any(path == KUEUE_TESTS or KUEUE_TESTS in path.parents for path in asked)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
-        if tier in ("unit", "integration", "e2e", "faults"):
+        if tier in ("unit", "integration", "e2e", "faults", "kueue"):
             item.add_marker(getattr(pytest.mark, tier))
 
 

@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 from kubetrain.api import kinds
 from kubetrain.controller import metrics
 from kubetrain.controller.main import Manager, Options
+from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.kube.client import KubeClient
 
 T = TypeVar("T")
@@ -38,6 +39,14 @@ async def eventually(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+
+def running_cluster_with(state_dir: str, option: str) -> DevCluster | None:
+    """The cluster of ``state_dir`` when it is up and was started with ``option`` (a field of
+    ``ClusterOptions``), for suites that need a cluster of their own kind."""
+    cluster = DevCluster(Path(state_dir).expanduser())
+    state = cluster.load_state() if cluster.is_up() else None
+    return cluster if state is not None and state.options.get(option) else None
 
 
 def start_controller_process(

@@ -8,6 +8,12 @@ dev cluster's API server serves, keeps the definitions the models refer to
 generator then expands a reference into a structural schema: ``$ref`` inlined,
 Kubernetes extensions that CRDs do not allow dropped, descriptions left out (the
 schema is large and ``kubectl explain pod`` already documents it).
+
+Defaults are kept where Kubernetes declares a value (``protocol: TCP`` of a container port, the
+Ceph and Azure volume settings), as upstream's CRDs carry them: Kueue copies a job's pod templates
+into its Workload, whose CRD applies these defaults, and takes a template that lacks one for a
+changed job, deleting and re-creating its Workload forever. The OpenAPI's zero-valued defaults
+(``""``, ``0``, ``{}``), which its generator adds to required fields, are left out.
 """
 
 from __future__ import annotations
@@ -132,6 +138,8 @@ class Expander:
             return self._convert(node["allOf"][0], seen)
         out: dict[str, Any] = {}
         for key, value in node.items():
+            if key == "default" and value not in ("", 0, False, {}, []):
+                out[key] = value
             if key not in _KEEP:
                 continue
             if key == "properties":

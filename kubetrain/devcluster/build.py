@@ -13,6 +13,12 @@ the native gang-scheduling API (``scheduling.k8s.io/v1alpha2`` PodGroup, the
 successor of the v1.35 Workload API) and whose client libraries match kwok
 v0.8.0, so the dev cluster can schedule gangs for real.
 
+Kueue (``kubetrain dev up --kueue``) is the exception to the wrapper modules: its
+``go.mod`` replaces nothing, so it is ``go install``-ed at its release tag, into a
+folder named after that release (``kueue-v0.17.0/``) so that a version bump never
+runs a stale binary. Its CRDs and webhook manifests are read from the same module
+in the Go module cache (``module_source``), never copied into the repository.
+
 A build is idempotent: each binary has a stamp holding a digest of everything
 that determines its bytes (module files, package, flags, Go version); a binary
 whose stamp matches is left alone and reported as up to date.
@@ -49,6 +55,8 @@ from kubetrain.devcluster.errors import DevClusterError
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+KUEUE_VERSION = "v0.17.0"
 MIN_GO = (1, 26)
 
 
@@ -66,12 +74,20 @@ def _k8s_ldflags() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class GoTarget:
-    """One binary: which wrapper module builds it, from which main package."""
+    """One binary: which wrapper module builds it, from which main package; or, with ``version``, which
+    release of a module that needs no wrapper is ``go install``-ed (``module`` is then unused)."""
 
     binary: str
     module: str
     package: str
     ldflags: tuple[str, ...] = ()
+    version: str | None = None
+
+    @property
+    def path(self) -> Path:
+        """Where the binary lives: installed releases in a folder of their own version."""
+        folder = paths.bin_dir() / f"{self.binary}-{self.version}" if self.version else paths.bin_dir()
+        return folder / self.binary
 
 
 TARGETS: tuple[GoTarget, ...] = (
@@ -84,6 +100,7 @@ TARGETS: tuple[GoTarget, ...] = (
     GoTarget("kubectl", "k8s", "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags()),
     GoTarget("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     GoTarget("helm", "helm", "helm.sh/helm/v3/cmd/helm"),  # not part of the cluster: the chart's tests use it
+    GoTarget("kueue", "", f"{KUEUE_MODULE}/cmd/kueue", version=KUEUE_VERSION),  # only with `dev up --kueue`
 )
 
 BINARIES = tuple(t.binary for t in TARGETS)
@@ -91,7 +108,7 @@ BINARIES = tuple(t.binary for t in TARGETS)
 
 def binary_path(name: str) -> Path:
     """Path of a built binary; raises with the fix when it is missing."""
-    path = paths.bin_dir() / name
+    path = next(t.path for t in TARGETS if t.binary == name)
     if not os.access(path, os.X_OK):
         raise DevClusterError(f"{name} is not built (looked for {path}); run `kubetrain dev build` first")
     return path
@@ -182,7 +199,14 @@ def upstream_operator(console: Console | None = None) -> Path:
     return out
 
 
+def kueue_source() -> Path:
+    """The source tree of the Kueue release the dev cluster runs (its CRDs and webhooks live there)."""
+    return module_source(KUEUE_MODULE, KUEUE_VERSION)
+
+
 def _module_files(module: str) -> dict[str, bytes]:
+    if not module:
+        return {}
     folder = resources.files("kubetrain.devcluster").joinpath("gomod", module)
     return {name: folder.joinpath(name).read_bytes() for name in ("go.mod", "go.sum", "tools.go")}
 
@@ -191,17 +215,18 @@ def _stamp(target: GoTarget, go_version: str) -> str:
     digest = hashlib.sha256()
     for name, data in sorted(_module_files(target.module).items()):
         digest.update(name.encode() + b"\0" + data)
-    digest.update("\0".join((target.package, *target.ldflags, go_version)).encode())
+    release = (f"@{target.version}",) if target.version else ()
+    digest.update("\0".join((target.package, *release, *target.ldflags, go_version)).encode())
     return digest.hexdigest()
 
 
 def _stamp_path(target: GoTarget) -> Path:
-    return paths.bin_dir() / f".{target.binary}.stamp"
+    return target.path.parent / f".{target.binary}.stamp"
 
 
 def is_up_to_date(target: GoTarget, go_version: str) -> bool:
     """Whether the cached binary was built from exactly these inputs."""
-    binary = paths.bin_dir() / target.binary
+    binary = target.path
     stamp = _stamp_path(target)
     return (
         os.access(binary, os.X_OK)
@@ -240,27 +265,32 @@ def _count_deps(go: str, workdir: Path, package: str) -> int:
     return max(1, len(proc.stdout.split())) if proc.returncode == 0 else 1
 
 
+def _build_argv(go: str, target: GoTarget, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """The command that builds a target into ``tmp`` (a wrapper module's ``go build``, or a release's
+    ``go install`` into the folder of ``tmp``, which then holds exactly that binary)."""
+    flags = ["-trimpath", "-v", "-ldflags", " ".join(("-s", "-w", *target.ldflags))]
+    if target.version is None:
+        return [go, "build", *flags, "-o", str(tmp), target.package], _go_env()
+    return [go, "install", *flags, f"{target.package}@{target.version}"], {
+        **_go_env(),
+        "GOBIN": str(tmp.parent),
+    }
+
+
 def _build_one(go: str, target: GoTarget, progress: Progress) -> None:
-    workdir = _prepare_module(target.module)
+    workdir = _prepare_module(target.module) if target.module else paths.cache_dir()
     task = progress.add_task(f"{target.binary}: resolving", total=None)
-    total = _count_deps(go, workdir, target.package)
+    total = _count_deps(go, workdir, target.package) if target.module else None
     progress.update(task, total=total, description=f"{target.binary}: compiling")
-    out = paths.bin_dir() / target.binary
-    tmp = out.with_suffix(".tmp")
-    argv = [
-        go,
-        "build",
-        "-trimpath",
-        "-v",
-        "-ldflags",
-        " ".join(("-s", "-w", *target.ldflags)),
-        "-o",
-        str(tmp),
-        target.package,
-    ]
+    out = target.path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # An installed release lands under its own name, so it is built in a scratch folder beside it.
+    tmp = out.parent / ".install" / out.name if target.version else out.with_suffix(".tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    argv, env = _build_argv(go, target, tmp)
     tail: deque[str] = deque(maxlen=30)
     with subprocess.Popen(
-        argv, cwd=workdir, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -274,7 +304,7 @@ def _build_one(go: str, target: GoTarget, progress: Progress) -> None:
             f"is reachable and retry `kubetrain dev build`; last output:\n{detail}"
         )
     tmp.replace(out)
-    progress.update(task, completed=total, description=f"{target.binary}: built")
+    progress.update(task, completed=total or 1, total=total or 1, description=f"{target.binary}: built")
 
 
 def build(

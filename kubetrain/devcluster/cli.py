@@ -46,7 +46,7 @@ def build_command(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when up to date.")] = False,
 ) -> None:
-    """Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok from Go modules."""
+    """Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, helm and Kueue from Go modules."""
     try:
         build.build(only=only, force=force, console=console)
     except DevClusterError as exc:
@@ -80,6 +80,18 @@ def up_command(
             "(default: the current directory)."
         ),
     ] = None,
+    kueue: Annotated[
+        bool,
+        typer.Option(
+            "--kueue",
+            help="Run Kueue's manager too, with its integrations for every kind kubetrain serves "
+            "(docs/kueue.md).",
+        ),
+    ] = False,
+    kueue_pods_ready_timeout: Annotated[
+        float | None,
+        typer.Option(help="Kueue's waitForPodsReady timeout in seconds (default: off); with --kueue."),
+    ] = None,
     no_build: Annotated[
         bool, typer.Option("--no-build", help="Fail instead of building missing binaries.")
     ] = False,
@@ -99,6 +111,8 @@ def up_command(
                 process_node=process_node,
                 process_node_gpus=process_node_gpus,
                 process_node_default=process_node_default,
+                kueue=kueue,
+                kueue_pods_ready_timeout=kueue_pods_ready_timeout,
                 workdir=str((workdir or Path.cwd()).resolve()),
             ),
             console=console,

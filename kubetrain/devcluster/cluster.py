@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kubetrain.devcluster import build, nodes, pki, process
+from kubetrain.devcluster import build, kueue, nodes, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
 from kubetrain.kube import errors
@@ -72,6 +72,10 @@ class ClusterOptions:
     process_node_gpus: int = 0
     # Pods that name no node run on the process node, not on a simulated one (nodes.py says how).
     process_node_default: bool = False
+    # Kueue's manager runs beside the control plane (kueue.py says what it installs).
+    kueue: bool = False
+    # Kueue's waitForPodsReady timeout in seconds (None: off), with --kueue only.
+    kueue_pods_ready_timeout: float | None = None
     workdir: str = field(default_factory=lambda: str(Path.cwd()))
 
     def validate(self) -> None:
@@ -87,6 +91,17 @@ class ClusterOptions:
                 "--process-node-default needs the process node: drop --no-process-node, "
                 "or drop --process-node-default to let simulated nodes take every pod"
             )
+        if self.kueue_pods_ready_timeout is not None and (
+            not self.kueue or self.kueue_pods_ready_timeout <= 0
+        ):
+            raise DevClusterError(
+                "--kueue-pods-ready-timeout needs --kueue and a number of seconds > 0 "
+                f"(got {self.kueue_pods_ready_timeout} with kueue={self.kueue})"
+            )
+
+    def binaries(self) -> list[str]:
+        """The built binaries a cluster with these options runs."""
+        return [name for name in build.BINARIES if name != "kueue" or self.kueue]
 
 
 @dataclass
@@ -123,7 +138,10 @@ COMPONENTS = (
     "kwok",
     "provisioner",
     "process-node",
+    "kueue",
 )
+# Ports of a component beside the one its health is probed on (``ClusterState.ports``).
+KUEUE_PORTS = ("kueue-webhook", "kueue-metrics")
 PROCESS_NODE = "kubetrain-process-node"
 
 
@@ -208,7 +226,7 @@ class DevCluster:
 
     # -- components ------------------------------------------------------------
     def _components(self, ports: dict[str, int], options: ClusterOptions) -> list[Component]:
-        bins = {name: str(build.binary_path(name)) for name in build.BINARIES}
+        bins = {name: str(build.binary_path(name)) for name in options.binaries()}
         admin_token = self.pki.token("admin")
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
@@ -354,7 +372,56 @@ class DevCluster:
                 ports["provisioner"],
             ),
             *([self._process_node(ports, options)] if options.process_node else []),
+            *([self._kueue(ports, options, bins["kueue"])] if options.kueue else []),
         ]
+
+    @property
+    def _kueue_dir(self) -> Path:
+        return self.state_dir / "kueue"
+
+    def _kueue(self, ports: dict[str, int], options: ClusterOptions, binary: str) -> Component:
+        cert_dir = self._kueue_dir / "certs"
+        etc = self._kueue_dir / "etc"  # laid over /etc for Kueue alone (kueue.py says why)
+        metrics_certs = etc / kueue.METRICS_CERTS.relative_to("/etc")
+        for folder, name in ((cert_dir, "kueue-webhook"), (metrics_certs, "kueue-metrics")):
+            folder.mkdir(parents=True, exist_ok=True)
+            if not (folder / "tls.crt").exists():
+                pki.sign_serving_cert(
+                    self.pki, name=name, cert_path=folder / "tls.crt", key_path=folder / "tls.key"
+                )
+        (self._kueue_dir / "etc-work").mkdir(exist_ok=True)
+        config = kueue.configuration(
+            webhook_port=ports["kueue-webhook"],
+            health_port=ports["kueue"],
+            metrics_port=ports["kueue-metrics"],
+            cert_dir=cert_dir,
+            pods_ready_timeout=options.kueue_pods_ready_timeout,
+        )
+        config_file = self._kueue_dir / "config.yaml"
+        config_file.write_text(json.dumps(config, indent=2))
+        return Component(
+            "kueue",
+            kueue.in_private_etc(
+                [
+                    binary,
+                    f"--config={config_file}",
+                    f"--kubeconfig={self._component_kubeconfig('kueue')}",
+                ],
+                upper=etc,
+                work=self._kueue_dir / "etc-work",
+            ),
+            HealthCheck(f"http://127.0.0.1:{ports['kueue']}/readyz"),
+            ports["kueue"],
+            startup_timeout=120,
+        )
+
+    def _install_kueue(self, ports: dict[str, int]) -> None:
+        kueue.install(
+            kubeconfig=self.kubeconfig,
+            workdir=self._kueue_dir,
+            webhook_port=ports["kueue-webhook"],
+            ca_bundle=self.pki.ca_cert.read_bytes(),
+        )
 
     def _process_node(self, ports: dict[str, int], options: ClusterOptions) -> Component:
         cert, key = self.pki.root / "process-node.crt", self.pki.root / "process-node.key"
@@ -408,7 +475,7 @@ class DevCluster:
                 f"stale state dir {self.state_dir}: a cluster was started there but is no longer running; "
                 "run `kubetrain dev down` to clear it, then `kubetrain dev up`"
             )
-        for name in build.BINARIES:
+        for name in options.binaries():
             build.binary_path(name)
         if options.apiserver_port is not None and _port_in_use(options.apiserver_port):
             raise DevClusterError(
@@ -421,8 +488,13 @@ class DevCluster:
                 "`kubetrain dev down`"
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        wanted = [c for c in COMPONENTS[1:] if c != "process-node" or options.process_node]
-        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *wanted)}
+        wanted = [
+            c
+            for c in COMPONENTS[1:]
+            if (c != "process-node" or options.process_node) and (c != "kueue" or options.kueue)
+        ]
+        extra = KUEUE_PORTS if options.kueue else ()
+        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *wanted, *extra)}
         if options.apiserver_port is not None:
             ports["kube-apiserver"] = options.apiserver_port
         state = ClusterState(ports=ports, pids={}, options=asdict(options), started_at=time.time())
@@ -433,6 +505,9 @@ class DevCluster:
         self._save_state(state)
         try:
             for component in self._components(ports, options):
+                if component.name == "kueue":
+                    with console.status("installing Kueue's CRDs and webhooks"):
+                        self._install_kueue(ports)
                 with console.status(f"starting {component.name} on 127.0.0.1:{component.port}"):
                     proc = process.start(component, self.log_path(component.name))
                     state.pids[component.name] = proc.pid
@@ -521,6 +596,8 @@ def _health_for(component: str, port: int | None, token: str, ca: Path) -> Healt
         return HealthCheck(f"https://127.0.0.1:{port}/readyz", token=token, ca_file=ca)
     if component in ("kwok", "provisioner"):
         return HealthCheck(f"http://127.0.0.1:{port}/healthz")
+    if component == "kueue":
+        return HealthCheck(f"http://127.0.0.1:{port}/readyz")
     if component == "process-node":
         return HealthCheck(f"https://127.0.0.1:{port}/healthz", ca_file=ca)
     return HealthCheck(f"https://127.0.0.1:{port}/healthz", insecure=True)

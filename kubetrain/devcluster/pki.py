@@ -40,6 +40,7 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("kwok", "kubetrain:kwok", ("system:masters",)),
     Identity("process-node", "system:node:kubetrain-process-node", ("system:nodes",)),
     Identity("provisioner", "kubetrain:local-provisioner", ("system:masters",)),
+    Identity("kueue", "kubetrain:kueue", ("system:masters",)),
 )
 
 

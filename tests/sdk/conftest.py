@@ -12,25 +12,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.docs_commands import run_documented, shell_env
-
-
-def _reusable(state_dir: str) -> DevCluster | None:
-    cluster = DevCluster(Path(state_dir).expanduser())
-    state = cluster.load_state() if cluster.is_up() else None
-    return cluster if state is not None and state.options.get("process_node_default") else None
+from tests.support import running_cluster_with
 
 
 @pytest.fixture(scope="session")
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """A running local cluster where pods that name no node run on the process node."""
     reuse = os.environ.get("KUBETRAIN_TEST_CLUSTER")
-    reused = _reusable(reuse) if reuse else None
+    reused = running_cluster_with(reuse, "process_node_default") if reuse else None
     if reused is not None:
         yield reused
         return

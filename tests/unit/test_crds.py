@@ -176,3 +176,28 @@ def test_runtime_replicated_job_names_are_dns_labels_and_unique() -> None:
         assert any("at most 10000 pods per replicated job" in m for m in messages)
         jobset = _at(_schema(_INFOS[kind]), "spec.template.spec")
         assert any("successPolicy.targetReplicatedJobs must name" in m for m in _messages(jobset))
+
+
+def _defaults(node: Any, path: str = "") -> dict[str, Any]:
+    """Every ``default`` of a schema, by the path of the property that carries it."""
+    found: dict[str, Any] = {}
+    if isinstance(node, dict):
+        if "default" in node:
+            found[path] = node["default"]
+        for key, value in node.items():
+            found |= _defaults(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for item in node:
+            found |= _defaults(item, path)
+    return found
+
+
+def test_pod_templates_default_what_kubernetes_declares_as_upstream_crds_do() -> None:
+    # Kueue copies the templates into its Workload, whose CRD defaults `protocol`; a job template
+    # without the default looked changed to Kueue, which deleted and re-created its Workload forever.
+    schema = _document("kubeflow.org_pytorchjobs.yaml")["spec"]["versions"][0]["schema"]
+    defaults = _defaults(schema)
+    ports = [v for p, v in defaults.items() if p.endswith(".ports.items.properties.protocol")]
+    assert ports == ["TCP", "TCP", "TCP"]  # containers, init and ephemeral containers
+    zero = {p: v for p, v in defaults.items() if ".template." in p and v in ("", 0, {}, [])}
+    assert not zero, f"the OpenAPI generator's zero defaults are not Kubernetes defaults: {zero}"

@@ -1,0 +1,79 @@
+"""Kueue admits kubetrain's jobs: a queued job is created suspended and gets no pods until its
+ClusterQueue has quota; at admission the flavor's node labels and tolerations reach every pod, and
+the job's clock (``startTime``) starts then, not at creation."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from typing import Any
+
+from kubetrain import naming
+from tests.support import HANG, Jobs, condition, pytorchjob, runs_for
+
+FLAVOR_SELECTOR = {"node.kubernetes.io/instance-type": "kwok-gpu"}
+FLAVOR_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def queued(job: dict[str, Any], queue: str = "gpus", priority: str | None = None) -> dict[str, Any]:
+    """``job`` labelled for a LocalQueue (and a WorkloadPriorityClass)."""
+    labels = job["metadata"].setdefault("labels", {})
+    labels[naming.LABEL_KUEUE_QUEUE_NAME] = queue
+    if priority:
+        labels[naming.LABEL_KUEUE_PRIORITY_CLASS] = priority
+    return job
+
+
+def gpu_job(name: str, *, gpus_per_pod: int, annotations: dict[str, str], **options: Any) -> dict[str, Any]:
+    """A Master and a Worker asking for ``gpus_per_pod`` GPUs each, behaving as ``annotations`` say."""
+    return pytorchjob(
+        name,
+        workers=1,
+        gpus=gpus_per_pod,
+        master_annotations=annotations,
+        worker_annotations=annotations,
+        **options,
+    )
+
+
+def _tolerations(pod: Any) -> list[dict[str, str]]:
+    return [{"key": t.key, "operator": t.operator, "effect": t.effect} for t in pod.spec.tolerations or []]
+
+
+def _time(stamp: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+async def _still_without_pods(jobs: Jobs, name: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert await jobs.pods(name) == [], f"{name} got pods while Kueue held it"
+        job = await jobs.get(name)
+        assert job is not None and job["spec"]["runPolicy"]["suspend"] is True
+        await asyncio.sleep(0.5)
+
+
+async def test_a_queued_job_waits_for_quota_then_runs_on_the_flavor(
+    controller: Any, jobs: Jobs, queues: str
+) -> None:
+    first = await jobs.create(queued(gpu_job("first", gpus_per_pod=8, annotations=runs_for("8s"))))
+    assert first["spec"]["runPolicy"]["suspend"] is True  # Kueue's webhook suspended it at creation
+    await jobs.wait_pods("first", 2, phase="Running", timeout=60)
+
+    second = await jobs.create(queued(gpu_job("second", gpus_per_pod=4, annotations=HANG)))
+    assert second["spec"]["runPolicy"]["suspend"] is True
+    await _still_without_pods(jobs, "second", 4)  # 16 GPUs of quota, all in use by the first
+    held = await jobs.get("second")
+    assert held is not None and "startTime" not in (held.get("status") or {})
+
+    await jobs.wait_condition("first", "Succeeded", timeout=60)
+    freed = dt.datetime.now(dt.UTC)
+    pods = await jobs.wait_pods("second", 2, timeout=60)
+    for pod in pods:
+        assert pod.spec.node_selector == FLAVOR_SELECTOR
+        assert FLAVOR_TOLERATION in _tolerations(pod)
+    running = await jobs.wait_condition("second", "Running", timeout=30)
+    assert _time(running["status"]["startTime"]) >= freed.replace(microsecond=0) - dt.timedelta(seconds=1)
+    assert _time(running["status"]["startTime"]) > _time(second["metadata"]["creationTimestamp"])
+    assert condition(running, "Created")["status"] == "True"
