@@ -25,7 +25,8 @@ take over, resubmit or delete another caller's job. So the rules live here, once
   succeeded one returned (or run again when the caller asks), a failed one followed by the next
   attempt; attempts being deleted are skipped; nothing is submitted while an attempt of the
   lineage, or of another lineage writing to the same checkpoint place, still has live pods
-  (Pending or Running, not being deleted): the caller waits, bounded, with status lines in its
+  (Pending or Running, also while being deleted: their processes still run until they end): the
+  caller waits, bounded, with status lines in its
   log, then fails naming the pods; and nothing starts or resumes while such another lineage runs.
 
 ``find`` and ``prepare`` are the thin I/O around ``decide``; the sync ``JobClient`` runs them too.
@@ -166,7 +167,7 @@ class Attempt:
     deleting: bool = False
     delivered: bool = False  # the caller already returned its result once
     last_checkpoint: str = ""
-    live_pods: tuple[str, ...] = ()  # "name (phase)" of its Pending or Running pods not being deleted
+    live_pods: tuple[str, ...] = ()  # "name (phase)" of its Pending or Running pods, ending ones too
     checkpoints: tuple[str, str] = ("", "")  # checkpoint_place: where it writes its checkpoints
     created: str = ""
     job: Obj = field(default_factory=dict, compare=False, repr=False)
@@ -528,18 +529,23 @@ async def find(
 async def _live_pods(
     client: AsyncJobClient, kind: str, namespace: str, jobs: Sequence[Obj]
 ) -> dict[str, tuple[str, ...]]:
-    """Pending or Running pods not being deleted, by the uid of the job owning them."""
+    """Pending or Running pods, by the uid of the job owning them.
+
+    A pod being deleted counts until it is gone: its processes run until they have stopped (a training
+    script saving its last checkpoint on SIGTERM takes a while), and the kubelet removes the pod only
+    then, as the Job controller's ``podReplacementPolicy: Failed`` waits for terminating pods."""
     key = naming.LABEL_JOB_NAME if kinds.kind_of(kind).is_v1 else naming.JOBSET_NAME
     names = ",".join(sorted({j["metadata"]["name"] for j in jobs}))
     listed = await client.pods_matching(namespace, f"{key} in ({names})")
     uids = {j["metadata"].get("uid") for j in jobs}
     live: dict[str, list[str]] = {}
     for pod in listed:
-        if pod.status.phase not in LIVE_PHASES or pod.metadata.deletion_timestamp:
+        if pod.status.phase not in LIVE_PHASES:
             continue
         for owner in pod.metadata.owner_references or []:
             if owner.uid in uids:
-                live.setdefault(owner.uid, []).append(f"{pod.metadata.name} ({pod.status.phase})")
+                phase = "Terminating" if pod.metadata.deletion_timestamp else pod.status.phase
+                live.setdefault(owner.uid, []).append(f"{pod.metadata.name} ({phase})")
     return {uid: tuple(sorted(pods)) for uid, pods in live.items()}
 
 
