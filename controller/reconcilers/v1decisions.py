@@ -20,10 +20,13 @@ The rules, in the order they apply (docs/job-lifecycle.md says them for users):
 4. otherwise digest the pods (``observe``), count restarts once per pod
    (``restarts``), and decide, in this order: the job succeeded (its deciding
    replicas did); a newer attempt fenced it off its checkpoint directory; the
-   backoff limit or the deadline is exceeded; a replica failed for good. A job
+   backoff limit or the deadline is exceeded; a replica failed for good (a failed
+   job names the replica that failed first, ``controller.diagnosis``). A job
    that finishes is cleaned up only after its terminal status is written;
 5. a running job: a pod stopped by a disruption is counted in ``disruptions``
-   (not as a restart) and its peers are stopped with it; ``Restarting`` while failed pods are recreated, else
+   (not as a restart) and its peers are stopped with it; a job that reported no
+   progress for its stall timeout has its pods restarted (a counted restart), and
+   fails as ``Stalled`` once it stalled too often; ``Restarting`` while failed pods are recreated, else
    ``Running`` once its deciding replicas run (containers restarted in place
    are counted, and leave the job Running); create the missing pods and services, delete the
    pods to restart (after the status that counts them), and look again at the
