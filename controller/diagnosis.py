@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.client.kinds import failed_replica
+
 Obj = dict[str, Any]
 
 LOG_TAIL_LINES = 20  # lines of the failed container's output kept in status.firstFailure
@@ -81,11 +83,8 @@ class FirstFailure:
 
     def describe(self) -> str:
         """One sentence for a Failed condition's message."""
-        where = f"{self.replica_type} {self.index} (pod {self.pod}"
-        where += f" on node {self.node}" if self.node else ""
-        where += f" at {self.time})" if self.time else ")"
         code = f"exit code {self.exit_code}, " if self.exit_code is not None else ""
-        return f"first failure: {where}: {code}{self.category}: {self.summary}"
+        return f"first failure: {failed_replica(self.as_status())}: {code}{self.category}: {self.summary}"
 
     def as_status(self) -> Obj:
         """``status.firstFailure``."""

@@ -486,11 +486,8 @@ def _describe_first_failure(job: Obj) -> None:
     first = (job.get("status") or {}).get("firstFailure")
     if not first:
         return
-    where = f"{first.get('replicaType')} {first.get('index')} (pod {first.get('pod')}"
-    where += f" on node {first['node']}" if first.get("node") else ""
-    where += f" at {first['time']})" if first.get("time") else ")"
     code = f", exit code {first['exitCode']}" if first.get("exitCode") is not None else ""
-    console.print(f"[bold]First failure:[/] {where}{code}", highlight=False)
+    console.print(f"[bold]First failure:[/] {escape(kinds.failed_replica(first))}{code}", highlight=False)
     console.print(f"  {first.get('category')}: {first.get('summary')}", highlight=False, markup=False)
     if first.get("logTail"):
         console.print("  last lines it wrote:", highlight=False)

@@ -479,10 +479,10 @@ class JobTrigger(BaseTrigger):
             logs = await client.logs(job, tail=LOG_TAIL, quiet=True) if client is not None else ""
             return self._event("success", job, logs=logs)
         reason, message = kinds.failure(job)
-        # The replica that failed first, named by the controller, is in the job: no log to fetch for it.
-        whose, logs = kinds.first_failure_log(job) or ("rank 0", "")
-        if not logs and client is not None:
+        if client is not None:
             whose, logs = await client.failure_logs(job)
+        else:  # the lines of the replica that failed first are in the job itself: nothing to fetch
+            whose, logs = kinds.first_failure_log(job) or ("rank 0", "")
         return self._event("failed", job, logs=logs, logs_of=whose, reason=reason, message=message)
 
     async def on_kill(self) -> None:

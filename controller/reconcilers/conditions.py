@@ -31,6 +31,7 @@ SUCCEEDED = "Succeeded"
 COMPLETE = "Complete"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
+DEADLINE_EXCEEDED = "DeadlineExceeded"  # the reason of a job failed by its activeDeadlineSeconds (both APIs)
 REPLICA_FAILURE = "ReplicaFailure"  # pods cannot be created (as ReplicaSets say it), while retrying
 
 Condition = dict[str, Any]

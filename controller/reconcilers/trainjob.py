@@ -211,7 +211,7 @@ class TrainJobReconciler(JobReconciler):
         if deadline is not None and deadline <= 0:
             limit = job["spec"]["activeDeadlineSeconds"]
             await self._finish(
-                ctx, info, False, "DeadlineExceeded", f"TrainJob exceeded its active deadline of {limit}s"
+                ctx, info, False, cond.DEADLINE_EXCEEDED, f"TrainJob exceeded its active deadline of {limit}s"
             )
             return self._ttl_result(ctx)
         return Result.soonest(
@@ -248,9 +248,9 @@ class TrainJobReconciler(JobReconciler):
         """Restart the attempt (counted) when every pod runs but nothing was reported for the stall
         timeout, or fail the job once it stalled too often; else when to look again."""
         policy = stalls.StallPolicy.of(ctx.job)
-        live = [p for j in obs.jobs for p in j.live.values()]
         if policy is None or obs.stale or obs.terminating_stale:
             return None, None
+        live = [p for j in obs.jobs for p in j.live.values()]
         if len(live) < sum(s.replicas * s.count for s in info.pod_sets):
             return None, None
         stall, wait = stalls.check(policy, {**ctx.job, "status": ctx.status}, live, ctx.now)
@@ -460,7 +460,7 @@ class TrainJobReconciler(JobReconciler):
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
         cond.remove(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
         if not complete:
-            first = diagnosis.first_failure(_replicas(ctx.pods), containers=reason != "DeadlineExceeded")
+            first = diagnosis.first_failure(_replicas(ctx.pods), containers=reason != cond.DEADLINE_EXCEEDED)
             if first is not None:
                 ctx.status["firstFailure"] = first.as_status()
                 message = f"{message}; {first.describe()}"

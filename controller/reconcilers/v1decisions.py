@@ -65,7 +65,6 @@ from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube.events import NORMAL, WARNING
 
 CONDITIONS = cond.V1
-DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 class Phase(enum.Enum):
@@ -292,7 +291,7 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
         reason, message = failure
         first = diagnosis.first_failure(
             ((rtype, index, pod) for (rtype, index), pod in sorted(obs.pods.items())),
-            containers=reason != DEADLINE_EXCEEDED,
+            containers=reason != cond.DEADLINE_EXCEEDED,
         )
         if first is not None and reason != FENCED:
             status["firstFailure"] = first.as_status()
@@ -442,7 +441,7 @@ def _limit_exceeded(d: Decision) -> tuple[str, str] | None:
     started = parse_time(status.get("startTime"))
     if deadline is not None and started is not None and (d.now - started).total_seconds() >= int(deadline):
         return (
-            DEADLINE_EXCEEDED,
+            cond.DEADLINE_EXCEEDED,
             f"{kind} {info.name} has failed because it was active longer than the "
             f"specified deadline of {deadline}s",
         )

@@ -65,6 +65,13 @@ def failure(job: Obj) -> tuple[str, str]:
     return "", ""
 
 
+def failed_replica(first: Obj) -> str:
+    """Where a ``status.firstFailure`` happened: ``Worker 1 (pod mnist-worker-1 on node gpu-3 at T)``."""
+    where = f"{first.get('replicaType')} {first.get('index')} (pod {first.get('pod')}"
+    where += f" on node {first['node']}" if first.get("node") else ""
+    return where + (f" at {first['time']})" if first.get("time") else ")")
+
+
 def first_failure_log(job: Obj) -> tuple[str, str] | None:
     """``(whose, lines)``: the last lines the replica that failed first wrote, from the failed job's
     ``status.firstFailure``; None when the controller named none (upstream's, or no container failed)."""
