@@ -79,6 +79,34 @@ async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
     raise AssertionError("unreachable")
 
 
+@contextlib.asynccontextmanager
+async def _log_stream(
+    core: client.CoreV1Api, name: str, namespace: str, **query: Any
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The raw response for a container's log, raising ApiException for an error status as a read would.
+
+    Logs are read raw because the generated client parses a body as JSON before it looks at the declared
+    type: a log that happens to be JSON (one line ``null``, ``42`` or ``{"loss": 1}``) would come back as
+    None, an int or a dict. A raw response skips the client's status check, so it is made here.
+    """
+    raw: Any = await core.read_namespaced_pod_log(name, namespace, _preload_content=False, **query)
+    response: aiohttp.ClientResponse = raw
+    async with response:
+        if not 200 <= response.status <= 299:
+            error = ApiException(status=response.status, reason=response.reason)
+            text: Any = await response.text(errors="replace")  # a str, as the client's own errors carry
+            error.body = text
+            raise error
+        yield response
+
+
+async def pod_log(core: client.CoreV1Api, name: str, namespace: str, **query: Any) -> str:
+    """A container's log as the text it is."""
+    async with _log_stream(core, name, namespace, **query) as response:
+        body: bytes = await response.read()
+    return body.decode(errors="replace")
+
+
 def validate(manifest: Obj) -> None:
     """Check a manifest against the kind's model before it reaches the cluster; names every bad field."""
     kind = manifest.get("kind")
@@ -504,14 +532,14 @@ class AsyncJobClient:
                 if quiet:
                     return ""
                 raise JobNotFoundError(f"no pod for {role or 'rank 0'} {index} of {job['metadata']['name']}")
-            text: str = await self.core.read_namespaced_pod_log(
+            return await pod_log(
+                self.core,
                 pod.metadata.name,
                 job["metadata"]["namespace"],
                 container=container or kinds.default_container(job),
                 tail_lines=tail,
                 previous=previous,
             )
-            return text
         except ApiException:
             if quiet:
                 return ""
@@ -536,14 +564,13 @@ class AsyncJobClient:
             skip = seen_pods.get(key, 0)
             count = 0
             with contextlib.suppress(ApiException, aiohttp.ClientError, asyncio.TimeoutError):
-                response = await self.core.read_namespaced_pod_log(
+                async with _log_stream(
+                    self.core,
                     pod.metadata.name,
                     job["metadata"]["namespace"],
                     container=container or kinds.default_container(job),
                     follow=True,
-                    _preload_content=False,
-                )
-                async with response:
+                ) as response:
                     async for raw in response.content:
                         count += 1
                         if count > skip:

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from kubernetes_asyncio import client
 
+from kubetrain.client.aio import pod_log
 from kubetrain.devcluster.cluster import PROCESS_NODE, DevCluster
 from tests.conftest import Kubectl
 from tests.support import eventually
@@ -71,6 +73,17 @@ async def test_a_pod_with_resource_requests_runs_to_success(core: client.CoreV1A
     done = await wait_phase(core, namespace, "sized", "Succeeded", "Failed")
     assert done.status.phase == "Succeeded" and done.status.qos_class == "Burstable"
     assert await core.read_namespaced_pod_log("sized", namespace) == "ran\n"
+
+
+async def test_a_log_that_is_json_is_read_as_its_text(core: client.CoreV1Api, namespace: str) -> None:
+    # The generated client parses any response as JSON first: a log of one line "null" came back as
+    # None, and "42" as an int.
+    await core.create_namespaced_pod(namespace, pod("json", "print('null')"))
+    await wait_phase(core, namespace, "json", "Succeeded")
+    assert await pod_log(core, "json", namespace) == "null\n"
+    with pytest.raises(client.ApiException) as missing:
+        await pod_log(core, "json", namespace, container="absent")
+    assert missing.value.status == 400 and "absent" in missing.value.body
 
 
 async def test_env_comes_from_fields_config_maps_and_secrets(

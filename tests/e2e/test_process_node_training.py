@@ -18,6 +18,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from kubetrain import checkpoint, naming
+from kubetrain.client.aio import pod_log
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented_async
 from tests.support import Jobs, eventually
@@ -107,8 +108,7 @@ async def claim_dir(core: client.CoreV1Api, namespace: str, name: str) -> Path:
 
 
 async def logs(core: client.CoreV1Api, namespace: str, pod: str, *, previous: bool = False) -> str:
-    text: str = await core.read_namespaced_pod_log(pod, namespace, previous=previous)
-    return text
+    return await pod_log(core, pod, namespace, previous=previous)
 
 
 async def test_the_walkthrough_trains_a_master_and_two_workers_to_success(
