@@ -72,6 +72,8 @@ class LaunchRequest:
     backoff_limit: int = -1
     stall_timeout_seconds: int = 0
     wait_timeout: float = 0.0
+    queue_name: str = ""
+    priority_class: str = ""
     node_selector: Mapping[str, str] | None = None
     tolerations: Sequence[Obj] | None = None
     working_dir: str = ""
@@ -88,6 +90,7 @@ class LaunchRequest:
             raise InvalidJobError("image is required when no manifest is given")
         if self.kind == "TrainJob" and not self.manifest and not self.runtime:
             raise InvalidJobError("runtime is required for a TrainJob, e.g. runtime='torch-distributed'")
+        builders.queue_labels(self.queue_name, self.priority_class)
         if self.wait_timeout < 0:
             raise InvalidJobError(f"wait_timeout must be 0 (no limit) or positive (got {self.wait_timeout})")
         if self.resume_from and not self.checkpoint_dir and not self.manifest:
@@ -169,7 +172,9 @@ class LaunchRequest:
             else:
                 body = builders.pytorchjob(spec, num_workers=self.num_workers)
         meta = body["metadata"]
-        meta.setdefault("labels", {})[naming.LABEL_LINEAGE] = self.lineage_name()
+        labels = meta.setdefault("labels", {})
+        labels.update(builders.queue_labels(self.queue_name, self.priority_class))
+        labels[naming.LABEL_LINEAGE] = self.lineage_name()
         annotations = meta.setdefault("annotations", {})
         annotations.setdefault(naming.ANNOTATION_ATTEMPT, "1")
         if self.resume_from:
@@ -302,11 +307,15 @@ def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
 
 
 def _watch_until_finished(jobs: JobClient, request: LaunchRequest, job: Obj) -> Obj:
-    """Watch the job until it finishes, with a status line (and why pods wait) every STATUS_EVERY seconds."""
+    """Watch the job until it finishes, with a status line (and why pods wait) every STATUS_EVERY seconds.
+
+    ``wait_timeout`` counts from admission: while Kueue holds the job queued, its clock does not run."""
     kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
     deadline = time.monotonic() + request.wait_timeout if request.wait_timeout else None
     latest = job
     while True:
+        if deadline is not None and kinds.queued_line(latest) is not None:
+            deadline = time.monotonic() + request.wait_timeout
         window = STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
         if window <= 0:
             raise JobTimeoutError(
@@ -317,7 +326,7 @@ def _watch_until_finished(jobs: JobClient, request: LaunchRequest, job: Obj) -> 
             latest = current
             if kinds.is_finished(current):
                 return current
-        _log(f"{kind} {name}: {kinds.state(latest)}{_pending(jobs, latest)}")
+        _log(kinds.status_line(latest, waiting=jobs.admission_wait(latest)) + _pending(jobs, latest))
 
 
 def _pending(jobs: JobClient, job: Obj) -> str:

@@ -63,6 +63,8 @@ def pytorchjob_launcher(
     backoff_limit: int = -1,
     stall_timeout_seconds: int = 0,
     wait_timeout: float = 0.0,
+    queue_name: str = "",
+    priority_class: str = "",
     node_selector: Optional[dict] = None,
     tolerations: Optional[list] = None,
     working_dir: str = "",
@@ -99,6 +101,8 @@ def trainjob_launcher(
     active_deadline_seconds: int = 0,
     stall_timeout_seconds: int = 0,
     wait_timeout: float = 0.0,
+    queue_name: str = "",
+    priority_class: str = "",
     node_selector: Optional[dict] = None,
     tolerations: Optional[list] = None,
 ) -> NamedTuple("Outputs", [("state", str), ("job_name", str), ("last_checkpoint", str)]):

@@ -67,6 +67,9 @@ MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 # -- Kueue: the labels a job is queued with (Kueue reads them; kubetrain never writes them) -----------
 LABEL_KUEUE_QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"  # the job's LocalQueue
 LABEL_KUEUE_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass
+LABEL_KUEUE_JOB_UID: Final = "kueue.x-k8s.io/job-uid"  # on the Workload Kueue makes for a job
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSIONS: Final = ("v1beta2", "v1beta1")  # newest first; Kueue before v0.15 serves v1beta1 only
 
 
 def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:

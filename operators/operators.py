@@ -297,6 +297,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     :param restart_policy: OnFailure, Always, Never or ExitCode (v1 kinds).
     :param runtime: TrainJob: the ClusterTrainingRuntime (or TrainingRuntime) to run on.
     :param scheduling: gang scheduling: ``min_available``, ``queue``, ``priority_class``, ``schedule_timeout_seconds``.
+    :param queue_name: the Kueue LocalQueue to create the job in (the ``kueue.x-k8s.io/queue-name`` label,
+        with a manifest too): Kueue keeps the job suspended until its ClusterQueue has quota; the task's
+        status lines say so, with Kueue's reason.
+    :param priority_class: the Kueue WorkloadPriorityClass of the job (``kueue.x-k8s.io/priority-class``):
+        what decides which queued job is admitted first and which running one Kueue may preempt.
     :param node_selector: node labels the pods need.
     :param tolerations: tolerations of the pods.
     :param labels: extra labels of the job.
@@ -330,6 +335,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         "checkpoint_dir",
         "checkpoint_volume",
         "runtime",
+        "queue_name",
+        "priority_class",
         "labels",
         "annotations",
     )
@@ -366,6 +373,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         restart_policy: str = "OnFailure",
         runtime: str | None = None,
         scheduling: Mapping[str, Any] | None = None,
+        queue_name: str | None = None,
+        priority_class: str | None = None,
         node_selector: Mapping[str, str] | None = None,
         tolerations: Sequence[Obj] | None = None,
         working_dir: str | None = None,
@@ -412,6 +421,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self.restart_policy = restart_policy
         self.runtime = runtime
         self.scheduling = scheduling
+        self.queue_name = queue_name
+        self.priority_class = priority_class
         self.node_selector = node_selector
         self.tolerations = tolerations
         self.working_dir = working_dir
@@ -430,6 +441,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self._current: Obj | None = None
         self._job_ref: dict[str, str] | None = None  # the job this task instance runs, once known
         self._check_arguments()
+        self._check_queue()
 
     # -- arguments -------------------------------------------------------------------------------
     def _check_arguments(self) -> None:
@@ -464,6 +476,16 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             raise ValueError("image is required when no job manifest is given")
         if self.kind == "TrainJob" and self.job is None and not self.runtime:
             raise ValueError("runtime is required for a TrainJob, e.g. runtime='torch-distributed'")
+
+    def _check_queue(self) -> None:
+        """``queue_name`` and ``priority_class`` name Kueue objects: checked when the DAG is parsed unless
+        templated (then when the task runs)."""
+        if _templated(self.queue_name) or _templated(self.priority_class):
+            return
+        try:
+            builders.queue_labels(self.queue_name, self.priority_class)
+        except InvalidJobError as exc:
+            raise ValueError(str(exc)) from None
 
     def _manifest_kind(self, kind: str | None) -> str:
         """A manifest's kind becomes the task's (its retries look for jobs of that kind); one that
@@ -521,7 +543,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 body = builders.v1_job(self.kind, spec, replicas=self._replicas())
         meta = body["metadata"]
         meta.setdefault("labels", {}).update(
-            {**task_identity(context), LABEL_TRY: str(context["ti"].try_number)}
+            {
+                **builders.queue_labels(self.queue_name, self.priority_class),
+                **task_identity(context),
+                LABEL_TRY: str(context["ti"].try_number),
+            }
         )
         meta["labels"].setdefault(naming.LABEL_LINEAGE, meta["name"])
         meta.setdefault("annotations", {}).setdefault(naming.ANNOTATION_ATTEMPT, "1")
@@ -712,7 +738,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
 
     def _log_status(self, job: Obj) -> None:
         """The job's status line, and why its pending pods are not scheduled."""
-        self.log.info("%s", status_line(job))
+        self.log.info("%s", status_line(job, waiting=self._client.admission_wait(job)))
         if kinds.state(job) == "Pending":
             for reason in self._client.pending_reasons(job):
                 self.log.warning("pod not scheduled: %s", reason)

@@ -461,7 +461,9 @@ class JobTrigger(BaseTrigger):
             line = status_line(job)
             now = time.monotonic()
             if line != last_line or now - last_logged >= self.status_interval:
-                self.log.info("%s", line)
+                # Kueue's reason for holding a queued job costs a read: only when a line is due
+                waiting = await shared.client.admission_wait(job) if shared.client is not None else None
+                self.log.info("%s", status_line(job, waiting=waiting))
                 last_line, last_logged = line, now
             if kinds.is_finished(job):
                 return await self._finished(job, shared)

@@ -29,6 +29,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiException
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from kubetrain import naming
 from kubetrain.api import v1, v2
 from kubetrain.api.base import ApiModel
 from kubetrain.api.kinds import JobKind
@@ -505,6 +506,30 @@ class AsyncJobClient:
                 if condition.type == "PodScheduled" and condition.status == "False":
                     reasons.append(f"{pod.metadata.name}: {condition.reason}: {condition.message}")
         return reasons
+
+    async def admission_wait(self, job: Obj) -> str | None:
+        """Why Kueue has not admitted the job yet, from its Workload; None when Kueue does not hold it,
+        or when Workloads cannot be read (no Kueue, or no right to read them): the line is a courtesy."""
+        if kinds.queued_line(job) is None:
+            return None
+        selector = f"{naming.LABEL_KUEUE_JOB_UID}={job['metadata'].get('uid')}"
+        for version in naming.KUEUE_VERSIONS:
+            try:
+                listed = await self.custom.list_namespaced_custom_object(
+                    naming.KUEUE_GROUP,
+                    version,
+                    job["metadata"]["namespace"],
+                    "workloads",
+                    label_selector=selector,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # this version is not served
+                return None
+            except (TimeoutError, aiohttp.ClientError):
+                return None
+            return next((kinds.admission_wait(w) for w in listed.get("items") or []), None)
+        return None
 
     async def _pod_for(self, job: Obj, role: str | None, index: int) -> client.V1Pod | None:
         selector = kinds.rank0_selector(job, role=role, index=index)

@@ -8,6 +8,7 @@ would be right, long before a cluster is involved.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,31 @@ def _resources(name: str, value: Mapping[str, Any] | None, gpus: int) -> Obj:
     if gpus:
         resources.setdefault("limits", {})[naming.GPU_RESOURCE] = str(gpus)
     return resources
+
+
+_QUEUE_LABEL_VALUE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+
+
+def queue_labels(queue_name: str | None, priority_class: str | None) -> dict[str, str]:
+    """The labels that put a job in a Kueue LocalQueue and give it a WorkloadPriorityClass.
+
+    Kueue reads them when the job is created (its webhook suspends the job until the queue admits it);
+    both name objects, so both must be lowercase DNS names that fit a label value.
+    """
+    labels: dict[str, str] = {}
+    for argument, names, label, value in (
+        ("queue_name", "LocalQueue", naming.LABEL_KUEUE_QUEUE_NAME, queue_name),
+        ("priority_class", "WorkloadPriorityClass", naming.LABEL_KUEUE_PRIORITY_CLASS, priority_class),
+    ):
+        if value is None or value == "":
+            continue
+        _require(
+            isinstance(value, str) and _QUEUE_LABEL_VALUE.fullmatch(value) is not None,
+            f"{argument} must name a Kueue {names}: lowercase letters, digits, '-' and '.', at most 63 "
+            f"characters (got {value!r})",
+        )
+        labels[label] = value
+    return labels
 
 
 @dataclass

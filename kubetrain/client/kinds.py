@@ -198,10 +198,43 @@ def replica_counts(job: Obj) -> dict[str, dict[str, int]]:
     }
 
 
-def status_line(job: Obj) -> str:
-    """One line saying what the job is doing: state, replica counts, progress, restarts, last checkpoint."""
+def queue_of(job: Obj) -> str | None:
+    """The Kueue LocalQueue the job was created in, if any."""
+    queue: str | None = (job["metadata"].get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE_NAME)
+    return queue
+
+
+def admission_wait(workload: Obj) -> str | None:
+    """Why Kueue has not admitted a Workload yet, in its own words (its QuotaReserved condition's message,
+    e.g. "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu in
+    flavor gpu, 8 more needed"); None once it is admitted or before Kueue has looked at it."""
+    for condition in (workload.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "QuotaReserved":
+            return None if condition.get("status") == "True" else condition.get("message") or None
+    return None
+
+
+def queued_line(job: Obj, waiting: str | None = None) -> str | None:
+    """``queued in LocalQueue team-a: <why>`` while Kueue holds the job suspended; None otherwise."""
+    queue = queue_of(job)
+    if queue is None or state(job) not in ("Suspended", "Pending") or not _asks_suspend(job):
+        return None
+    return f"queued in LocalQueue {queue}: " + (waiting or "waiting for Kueue to admit it")
+
+
+def _asks_suspend(job: Obj) -> bool:
+    spec = job.get("spec") or {}
+    return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
+
+
+def status_line(job: Obj, *, waiting: str | None = None) -> str:
+    """One line saying what the job is doing: state, its queue while Kueue holds it (``waiting``: the
+    Workload's reason, ``admission_wait``), replica counts, progress, restarts, last checkpoint."""
     meta, status = job["metadata"], job.get("status") or {}
     parts = [f"{job.get('kind', 'job')} {meta['namespace']}/{meta['name']}: {state(job)}"]
+    queued = queued_line(job, waiting)
+    if queued:
+        parts.append(queued)
     for rtype, counts in replica_counts(job).items():
         if counts:
             parts.append(f"{rtype} " + ", ".join(f"{k} {v}" for k, v in counts.items()))

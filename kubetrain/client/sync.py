@@ -115,6 +115,7 @@ class JobClient:
     disruption = _blocking(AsyncJobClient.disruption)
     pods_matching = _blocking(AsyncJobClient.pods_matching)
     pending_reasons = _blocking(AsyncJobClient.pending_reasons)
+    admission_wait = _blocking(AsyncJobClient.admission_wait)
     events = _blocking(AsyncJobClient.events)
 
     report = staticmethod(AsyncJobClient.report)

@@ -107,6 +107,25 @@ def test_a_manifest_file_is_loaded_and_labelled(tmp_path: Path) -> None:
     assert body["metadata"]["labels"]["kubetrain.dev/dag-id"] == "nightly_training"
 
 
+def test_a_job_goes_to_the_kueue_queue_and_priority_the_task_names() -> None:
+    for op in (
+        PyTorchJobOperator(task_id="train", image="img", queue_name="team-a", priority_class="high"),
+        TrainingJobOperator(
+            task_id="train",
+            job=str(REPO / "examples" / "pytorchjob-gpu-workers.yaml"),
+            queue_name="team-a",
+            priority_class="high",
+        ),
+    ):
+        labels = op.build_manifest(context())["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    scope: dict[str, Any] = {}
+    for block in python_blocks("docs/kueue.md"):
+        exec(compile(block, "docs/kueue.md", "exec", dont_inherit=True), scope)
+    assert (scope["train"].queue_name, scope["train"].priority_class) == ("gpus", "low")
+
+
 def test_a_manifest_decides_the_kind_unless_the_operator_names_another(tmp_path: Path) -> None:
     tfjob = tmp_path / "tfjob.yaml"
     tfjob.write_text(
@@ -156,6 +175,7 @@ def test_a_trainjob_needs_a_runtime() -> None:
         ),
         ({"kind": "MPIJob"}, "unknown job kind 'MPIJob'"),
         ({"status_interval": 0}, "status_interval must be positive"),
+        ({"queue_name": "Team A"}, "queue_name must name a Kueue LocalQueue"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from kfp import compiler, dsl, local
 
+from kubetrain import naming
 from kubetrain.client import JobClient
 from kubetrain.client.errors import InvalidJobError, JobFailedError
 from kubetrain.components import compile as compile_components
@@ -125,6 +126,20 @@ def test_the_documented_pipeline_compiles(tmp_path: Path) -> None:
     assert "pytorchjob-launcher" in text and "trainjob-launcher" in text and "nvidia.com/gpu" in text
 
 
+def test_a_step_queues_its_job_in_the_kueue_queue_it_names() -> None:
+    # Kueue reads the labels at creation; a retried step's next attempt keeps them (built the same way).
+    request = LaunchRequest(
+        kind="PyTorchJob", image="x", run_id="run-1", queue_name="team-a", priority_class="high"
+    )
+    labels = request.build("step-a1")["metadata"]["labels"]
+    assert labels[naming.LABEL_KUEUE_QUEUE_NAME] == "team-a"
+    assert labels[naming.LABEL_KUEUE_PRIORITY_CLASS] == "high"
+    manifest = LaunchRequest(
+        kind="PyTorchJob", run_id="run-1", manifest=training_step("n", "j").build("j"), queue_name="q"
+    )
+    assert manifest.build("j-a1")["metadata"]["labels"][naming.LABEL_KUEUE_QUEUE_NAME] == "q"
+
+
 def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str) -> None:
     step = {"namespace": namespace, "run_id": "run-1"}
     with pytest.raises(InvalidJobError, match="runtime is required"):
@@ -135,6 +150,8 @@ def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str)
         launch(LaunchRequest(kind="PyTorchJob", image="x", resume_from="/c/step-1", **step))
     with pytest.raises(InvalidJobError, match="num_workers"):
         launch(LaunchRequest(kind="PyTorchJob", image="x", num_workers=-1, **step))
+    with pytest.raises(InvalidJobError, match="queue_name must name a Kueue LocalQueue"):
+        launch(LaunchRequest(kind="PyTorchJob", image="x", queue_name="Team A", **step))
     # Without its pipeline run, a step could find another run's job: refused, saying what to pass.
     with pytest.raises(InvalidJobError, match=r"run_id=dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
         launch(LaunchRequest(kind="PyTorchJob", image="x", namespace=namespace))

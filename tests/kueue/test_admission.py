@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from tests.support import HANG, Jobs, condition, pytorchjob, runs_for
+from kubetrain.client import AsyncJobClient, builders, kinds
+from tests.support import HANG, Jobs, condition, eventually, pytorchjob, runs_for
 
 FLAVOR_SELECTOR = {"node.kubernetes.io/instance-type": "kwok-gpu"}
 FLAVOR_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -77,3 +79,31 @@ async def test_a_queued_job_waits_for_quota_then_runs_on_the_flavor(
     assert _time(running["status"]["startTime"]) >= freed.replace(microsecond=0) - dt.timedelta(seconds=1)
     assert _time(running["status"]["startTime"]) > _time(second["metadata"]["creationTimestamp"])
     assert condition(running, "Created")["status"] == "True"
+
+
+async def test_a_queued_job_says_why_kueue_holds_it_until_admitted(
+    controller: Any, jobs: Jobs, queues: str, kubeconfig: Path
+) -> None:
+    # What the Airflow operators and KFP launchers log while a job waits in its queue.
+    await jobs.create(queued(gpu_job("first", gpus_per_pod=8, annotations=HANG)))
+    await jobs.wait_pods("first", 2, phase="Running", timeout=60)
+    second = gpu_job("second", gpus_per_pod=4, annotations=HANG)
+    second["metadata"].setdefault("labels", {}).update(builders.queue_labels("gpus", None))
+    await jobs.create(second)
+
+    async with await AsyncJobClient.connect(kubeconfig=str(kubeconfig)) as api:
+
+        async def reason() -> tuple[dict[str, Any], str] | None:
+            job = await jobs.get("second")
+            waiting = await api.admission_wait(job) if job else None
+            return (job, waiting) if job and waiting else None
+
+        held, waiting = await eventually(reason, timeout=30, what="Kueue's reason for holding the job")
+        assert "insufficient" in waiting and naming.GPU_RESOURCE in waiting, waiting
+        assert f"queued in LocalQueue gpus: {waiting}" in kinds.status_line(held, waiting=waiting)
+
+        await jobs.delete("first")
+        await jobs.wait_pods("second", 2, timeout=60)
+        admitted = await jobs.get("second")
+        assert admitted is not None and await api.admission_wait(admitted) is None
+        assert "queued" not in kinds.status_line(admitted)

@@ -142,3 +142,15 @@ def test_long_derived_names_are_cut_with_a_hash_and_stay_distinct() -> None:
 def test_label_values_are_made_valid() -> None:
     assert naming.label_value("manual__2026-01-01T00:00:00+00:00") == "manual__2026-01-01T00_00_00_00_00"
     assert len(naming.label_value("z" * 100)) == 63
+
+
+def test_queue_and_priority_become_kueues_labels_and_bad_names_are_refused() -> None:
+    assert builders.queue_labels("team-a", "high") == {
+        naming.LABEL_KUEUE_QUEUE_NAME: "team-a",
+        naming.LABEL_KUEUE_PRIORITY_CLASS: "high",
+    }
+    assert builders.queue_labels(None, "") == {}
+    with pytest.raises(InvalidJobError, match="queue_name must name a Kueue LocalQueue"):
+        builders.queue_labels("Team A", None)
+    with pytest.raises(InvalidJobError, match="priority_class must name a Kueue WorkloadPriorityClass"):
+        builders.queue_labels("team-a", "x" * 64)

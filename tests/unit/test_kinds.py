@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubetrain.client.kinds import disruption, report, state, status_line
+from kubetrain import naming
+from kubetrain.client.kinds import admission_wait, disruption, queued_line, report, state, status_line
 
 
 def job(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -73,3 +74,31 @@ def test_a_report_with_metrics_that_are_not_numbers_reads_as_json() -> None:
     found = report(annotated)
     assert found["metrics"] == {"loss": None, "ppl": None, "accuracy": 0.92, "worst": None}
     json.dumps(found, allow_nan=False)
+
+
+def test_a_job_kueue_holds_says_its_queue_and_kueues_reason() -> None:
+    held = job(condition("Suspended", reason="JobSuspended"))
+    held["metadata"]["labels"] = {naming.LABEL_KUEUE_QUEUE_NAME: "team-a"}
+    held["spec"] = {"runPolicy": {"suspend": True}}
+    assert status_line(held) == (
+        "PyTorchJob team/mnist: Suspended; queued in LocalQueue team-a: waiting for Kueue to admit it"
+    )
+    why = "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu"
+    assert status_line(held, waiting=why).endswith(f"queued in LocalQueue team-a: {why}")
+    admitted = {
+        **held,
+        "spec": {"runPolicy": {"suspend": False}},
+        "status": {"conditions": [condition("Running")]},
+    }
+    assert queued_line(admitted) is None and "queued" not in status_line(admitted, waiting=why)
+    unqueued = {**held, "metadata": {"name": "mnist", "namespace": "team"}}
+    assert queued_line(unqueued) is None  # suspended by its owner, not by a queue
+
+
+def test_kueues_reason_is_its_workloads_quota_condition_until_quota_is_reserved() -> None:
+    def workload(status: str, message: str) -> dict[str, Any]:
+        return {"status": {"conditions": [{"type": "QuotaReserved", "status": status, "message": message}]}}
+
+    assert admission_wait(workload("False", "insufficient quota")) == "insufficient quota"
+    assert admission_wait(workload("True", "Quota reserved in ClusterQueue gpus")) is None
+    assert admission_wait({"status": {}}) is None  # Kueue has not looked at it yet
