@@ -70,6 +70,7 @@ def test_deferrable_training(dag_namespace: str) -> None:
     assert result["state"] == "Succeeded" and result["metrics"]["accuracy"] > 0.5
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the retry the scheduler schedules in tests/airflow/deployment
 def test_a_retry_resumes_from_the_checkpoint_of_the_failed_try(
     dag_namespace: str, sync_jobs: JobClient
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_trainjob_trains_through_the_trainjob_operator(
     assert job["spec"]["trainer"]["numNodes"] == 2
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the deferred tasks of tests/airflow/deployment are mapped
 def test_a_hyperparameter_sweep_maps_one_job_per_value(dag_namespace: str) -> None:
     run = _run("hyperparameter_sweep")
     assert _states(run) == {
@@ -277,6 +279,7 @@ def _terminating_namespaces(jobs: JobClient) -> list[str]:
     return [ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"]
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the triggerer restart in tests/airflow/deployment
 def test_a_hundred_deferred_waits_share_one_watch(
     dag_namespace: str, sync_jobs: JobClient, dev_cluster: DevCluster, kubeconfig: Path
 ) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kubetrain import naming
@@ -288,6 +289,7 @@ def test_a_retry_after_the_worker_was_killed_reattaches_to_the_running_job(
     assert len(creates(recording_proxy, started, airflow_namespace)) == 1
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the retry, deferral, triggerer and worker tests
 def test_marking_a_running_task_failed_deletes_its_job(
     runs: Runs, api: AirflowApi, sync_jobs: JobClient, airflow_namespace: str
 ) -> None:
@@ -304,6 +306,7 @@ def test_marking_a_running_task_failed_deletes_its_job(
     assert [t["state"] for t in api.tries("kt_single", run_id, "train")] == ["failed"]
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the retry, deferral, triggerer and worker tests
 def test_clearing_a_succeeded_task_returns_its_result_without_training_again(
     runs: Runs, api: AirflowApi, sync_jobs: JobClient, recording_proxy: RecordingProxy, airflow_namespace: str
 ) -> None:
@@ -324,6 +327,7 @@ def test_clearing_a_succeeded_task_returns_its_result_without_training_again(
     assert len(creates(recording_proxy, started, airflow_namespace)) == 1
 
 
+@pytest.mark.main_airflow_only  # on 2.11: the retry, deferral, triggerer and worker tests
 def test_the_api_server_serves_the_task_s_link_to_its_job(
     runs: Runs, api: AirflowApi, dev_cluster: DevCluster, airflow_namespace: str
 ) -> None:
