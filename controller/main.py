@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
 from kubetrain.api import kinds as api_kinds
-from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, JOBS, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import cached, frameworks, metrics, preflight
 from kubetrain.controller.plugins.gang import gang_scheduler
 from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
@@ -38,7 +38,7 @@ from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
-from kubetrain.controller.state import PodPlugin
+from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.controller.statusserver.server import StatusServer
 from kubetrain.controller.statusserver.tls import ServingCert, self_signed
 from kubetrain.kube import leader
@@ -54,6 +54,7 @@ log = logging.getLogger("kubetrain.controller")
 
 V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
 TRAINJOB_CHILD_SELECTOR = naming.JOBSET_NAME  # and of TrainJobs
+JOB_KINDS = frozenset(k.kind for k in JOBS)
 
 
 @dataclass
@@ -223,6 +224,7 @@ class Manager:
         await asyncio.gather(*(i.wait_synced() for i in self.informers))
         for runner in self.runners:
             runner.start()
+        metrics.job_progress.add(self.cached_jobs)
         self.ready.set()
         log.info(
             "controller started: %s, %d workers each",
@@ -280,7 +282,12 @@ class Manager:
             Runner(reconciler.name, queue, reconciler.reconcile, workers=self.options.workers)
         )
 
+    def cached_jobs(self) -> list[Obj]:
+        """Every job in this controller's caches (the training jobs, not their runtimes or children)."""
+        return [job for i in self.informers if i.resource.kind in JOB_KINDS for job in i.objects()]
+
     async def stop(self) -> None:
+        metrics.job_progress.remove(self.cached_jobs)
         if self.status_server is not None:
             await self.status_server.cleanup()
         await asyncio.gather(*(r.stop() for r in self.runners))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from kubetrain.controller.jobmetrics import JobProgressCollector
 from kubetrain.kube import observer
 from kubetrain.kube.observer import Observer
 
@@ -126,6 +127,8 @@ informer_objects = Gauge(
     "kubetrain_informer_objects", "Objects held in an informer cache.", ("resource",), registry=REGISTRY
 )
 leader = Gauge("kubetrain_leader", "1 while this replica is the leader.", registry=REGISTRY)
+job_progress = JobProgressCollector()  # kubetrain_job_*: what each unfinished job last reported
+REGISTRY.register(job_progress)
 
 
 class PrometheusObserver(Observer):

@@ -4,6 +4,7 @@ code has (and nothing it lacks), and every link resolves."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -182,12 +183,31 @@ def test_the_env_reference_names_every_variable_kubetrain_sets_or_reads() -> Non
     assert len(framework) > 30, "the pattern for the frameworks' env finds them"
 
 
+def exported_metrics() -> list[str]:
+    """The names of every series the controller serves on /metrics, read from its sources."""
+    sources = "".join((REPO / "controller" / f).read_text() for f in ("metrics.py", "jobmetrics.py"))
+    return re.findall(r'(?:Counter|Gauge|Histogram|GaugeMetricFamily)\(\s*"([a-z_]+)"', sources)
+
+
+def test_the_grafana_dashboard_graphs_only_what_the_controller_serves() -> None:
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "kubetrain-training.json").read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    served = set(exported_metrics())
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", n)
+        for q in queries
+        for n in re.findall(r"\b(?:training_operator|kubetrain)_[a-z_]+", q)
+    }
+    assert len(queries) >= 6 and used, "the dashboard has its panels"
+    assert used <= served, (
+        f"the dashboard queries series the controller does not serve: {sorted(used - served)}"
+    )
+
+
 def test_the_metrics_reference_lists_every_metric() -> None:
     page = (REPO / "docs" / "reference" / "metrics.md").read_text()
-    names = re.findall(
-        r'(?:Counter|Gauge|Histogram)\(\s*"([a-z_]+)"', (REPO / "controller" / "metrics.py").read_text()
-    )
-    assert len(names) > 10
+    names = exported_metrics()
+    assert len(names) > 15
     missing = [n for n in names if f"`{n}" not in page]
     assert not missing, f"not in docs/reference/metrics.md: {missing}"
 
