@@ -19,7 +19,7 @@ to upstream's jobs (``KubetrainStatus``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -97,6 +97,10 @@ class Condition(ApiModel):
 
 class KubetrainStatus(ApiModel):
     """The status fields kubetrain adds to every job kind (upstream's CRDs have none of them)."""
+
+    # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
+    # without them would prune them and a job would never reach its retry limit. Each kind adds its own.
+    bookkeeping: ClassVar[tuple[str, ...]] = ("disruptions", "stalls", "lastStallTime")
 
     disruptions: int | None = Field(
         None,

@@ -130,15 +130,11 @@ class ReplicaStatus(ApiModel):
 
 
 class JobStatus(KubetrainStatus):
-    # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
-    # without them would prune them and a job would never reach its backoff limit.
     bookkeeping: ClassVar[tuple[str, ...]] = (
+        *KubetrainStatus.bookkeeping,
         "restartCount",
         "countedPodRestarts",
-        "disruptions",
         "countedDisruptions",
-        "stalls",
-        "lastStallTime",
     )
 
     conditions: list[JobCondition] | None = None

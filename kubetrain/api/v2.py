@@ -315,13 +315,10 @@ class TrainerStatus(ApiModel):
 
 
 class TrainJobStatus(KubetrainStatus):
-    # Where the controller keeps its restart bookkeeping (see v1.JobStatus.bookkeeping).
     bookkeeping: ClassVar[tuple[str, ...]] = (
+        *KubetrainStatus.bookkeeping,
         "restarts",
         "restartsCountTowardsMax",
-        "disruptions",
-        "stalls",
-        "lastStallTime",
         "jobFailures",
         "countedPodRestarts",
         "failedIndexes",

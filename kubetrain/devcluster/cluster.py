@@ -165,30 +165,27 @@ class DevCluster:
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self.layout = paths.StateLayout(state_dir)
         self.pki = pki.Pki(state_dir / "pki")
 
     # -- paths -----------------------------------------------------------------
-    @property
-    def state_file(self) -> Path:
-        return self.state_dir / "state.json"
-
     @property
     def kubeconfig(self) -> Path:
         """The admin kubeconfig people and tests use."""
         return self.state_dir / "kubeconfig"
 
     def log_path(self, component: str) -> Path:
-        return self.state_dir / "logs" / f"{component}.log"
+        return self.layout.log(component)
 
     def _component_kubeconfig(self, identity: str) -> Path:
         return self.state_dir / f"{identity}.kubeconfig"
 
     # -- state -----------------------------------------------------------------
     def load_state(self) -> ClusterState | None:
-        return paths.read_state(self.state_file, ClusterState, "kubetrain dev down")
+        return paths.read_state(self.layout.state_file, ClusterState, "kubetrain dev down")
 
     def _save_state(self, state: ClusterState) -> None:
-        paths.write_state(self.state_file, state)
+        paths.write_state(self.layout.state_file, state)
 
     def is_up(self) -> bool:
         state = self.load_state()

@@ -3,9 +3,10 @@
 Binaries are expensive (a cold build takes many minutes) and are shared by every
 clone on the machine, so they live in a cache outside any repository. The state
 of a running cluster (keys, kubeconfig, logs, etcd data, pids) lives in one
-state dir, so ``down`` removes exactly what ``up`` made. Its state file (which
-processes run, their ports) is read and written here for the cluster and for the
-Airflow deployment beside it.
+state dir, so ``down`` removes exactly what ``up`` made. That dir's layout (its
+state file: which processes run, their ports; a log per process) and the reading
+and writing of its state file are here, for the cluster and for the Airflow
+deployment beside it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +48,20 @@ def default_state_dir() -> Path:
     if configured:
         return Path(configured).expanduser()
     return cache_dir() / "dev-cluster"
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """What every state dir holds: its state file and a log per process."""
+
+    root: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
 
 
 def read_state(path: Path, state: Callable[..., StateT], down: str) -> StateT | None:
