@@ -143,6 +143,12 @@ GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "N
 MANAGED_BY_KUBETRAIN: Final = "kubetrain.dev/controller"  # jobs only kubetrain reconciles
 RUNTIME_PATCH_MANAGER: Final = "kubetrain.dev/builder"  # the manager of the runtime patches the client writes
 
+
+def managed_by_values(upstream: str) -> tuple[str, ...]:
+    """The ``managedBy`` values a job may name: its upstream controller's, kubetrain's, MultiKueue's."""
+    return (upstream, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
+
+
 # -- the dev cluster's process node --------------------------------------------------------------
 LABEL_PROCESS_NODE: Final = "kubetrain.dev/process-node"  # also the key of its taint
 # Label of every simulated (kwok) node, and the key of their taint on a cluster whose process node is

@@ -11,11 +11,15 @@ them:
 * ``cel(rule, message)``: an ``x-kubernetes-validations`` rule. Messages name
   the field and say what to do, because they reach users verbatim.
 * ``int_or_string()``: the Kubernetes int-or-string union.
+
+Both API versions build on the same pieces here: the metadata a manifest sets,
+the fields every status condition has, and the status fields kubetrain adds
+to upstream's jobs (``KubetrainStatus``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -69,3 +73,50 @@ class FirstFailure(ApiModel):
     )
     summary: str = Field(description="one line: the exception, the error line, the scheduler's message")
     log_tail: str | None = Field(None, description="the last lines that container wrote")
+
+
+class ObjectMeta(ApiModel):
+    """The part of metadata a manifest author sets."""
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class Condition(ApiModel):
+    """The fields every status condition has (each API version adds one of its own)."""
+
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+
+class KubetrainStatus(ApiModel):
+    """The status fields kubetrain adds to every job kind (upstream's CRDs have none of them)."""
+
+    # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
+    # without them would prune them and a job would never reach its retry limit. Each kind adds its own.
+    bookkeeping: ClassVar[tuple[str, ...]] = ("disruptions", "stalls", "lastStallTime")
+
+    disruptions: int | None = Field(
+        None,
+        ge=0,
+        description="kubetrain: pods stopped by a disruption (preemption, eviction, drain, node loss) so far; "
+        "they are recreated (a TrainJob restarts every pod) without counting toward the job's retry limit "
+        "(a v1 job's runPolicy.backoffLimit, a TrainJob's failurePolicy.maxRestarts)",
+    )
+    stalls: int | None = Field(
+        None, ge=0, description="kubetrain: restarts because no progress was reported for the stall timeout"
+    )
+    last_stall_time: str | None = Field(
+        None, description="kubetrain: when the job was last restarted for a stall"
+    )
+    first_failure: FirstFailure | None = Field(
+        None,
+        description="kubetrain: the replica (a TrainJob's node) that failed first, and why (set when the job "
+        "fails)",
+    )

@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_snake
 
 from kubetrain import naming
 from kubetrain.api import kinds
-from kubetrain.api.base import ApiModel, FirstFailure, cel, k8s_ref, rules
+from kubetrain.api.base import ApiModel, Condition, KubetrainStatus, ObjectMeta, cel, k8s_ref, rules
 from kubetrain.api.kinds import JAXJOB, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, V1Kind
 
 GROUP: Final = kinds.KUBEFLOW_GROUP
@@ -25,10 +25,7 @@ VERSION: Final = kinds.KUBEFLOW_VERSION
 ApiVersion = Literal["kubeflow.org/v1"]
 API_VERSION: Final = cast(ApiVersion, PYTORCHJOB.api_version)
 
-MANAGED_BY_UPSTREAM = naming.MANAGED_BY_TRAINING_OPERATOR
-MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
-MANAGED_BY_MULTIKUEUE = naming.MANAGED_BY_MULTIKUEUE
-MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
+MANAGED_BY_VALUES = naming.managed_by_values(naming.MANAGED_BY_TRAINING_OPERATOR)
 
 # The most pods one replica type may ask for. Large enough for the biggest training clusters run
 # today (thousands of nodes), small enough that one job cannot make the controller hold an unbounded
@@ -104,6 +101,12 @@ _RUN_POLICY_RULES = rules(
 )
 
 
+class JobSpec(ApiModel):
+    """What the spec of every v1 kind has besides its replica map."""
+
+    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+
+
 class ReplicaSpec(ApiModel):
     """One replica type: how many pods, their template, how they restart."""
 
@@ -114,13 +117,8 @@ class ReplicaSpec(ApiModel):
     restart_policy: RestartPolicy | None = None
 
 
-class JobCondition(ApiModel):
-    type: str
-    status: str
-    reason: str | None = None
-    message: str | None = None
+class JobCondition(Condition):
     last_update_time: str | None = None
-    last_transition_time: str | None = None
 
 
 class ReplicaStatus(ApiModel):
@@ -131,16 +129,12 @@ class ReplicaStatus(ApiModel):
     selector: str | None = None
 
 
-class JobStatus(ApiModel):
-    # Where the controller keeps its restart bookkeeping: fields upstream's CRDs do not have, so a CRD
-    # without them would prune them and a job would never reach its backoff limit.
+class JobStatus(KubetrainStatus):
     bookkeeping: ClassVar[tuple[str, ...]] = (
+        *KubetrainStatus.bookkeeping,
         "restartCount",
         "countedPodRestarts",
-        "disruptions",
         "countedDisruptions",
-        "stalls",
-        "lastStallTime",
     )
 
     conditions: list[JobCondition] | None = None
@@ -158,33 +152,9 @@ class JobStatus(ApiModel):
         description="kubetrain: per pod uid, the restarts of that pod already in restartCount (a failed pod "
         "to recreate counts one more than its container restarts), so no restart is counted twice",
     )
-    disruptions: int | None = Field(
-        None,
-        description="kubetrain: pods stopped by a disruption (preemption, eviction, drain, node loss) so far; "
-        "they are recreated and never count toward runPolicy.backoffLimit",
-    )
     counted_disruptions: list[str] | None = Field(
         None, description="kubetrain: uids of disrupted pods still present that disruptions counts already"
     )
-    stalls: int | None = Field(
-        None, description="kubetrain: restarts because no progress was reported for the stall timeout"
-    )
-    last_stall_time: str | None = Field(
-        None, description="kubetrain: when the job was last restarted for a stall"
-    )
-    first_failure: FirstFailure | None = Field(
-        None, description="kubetrain: the replica that failed first, and why (set when the job fails)"
-    )
-
-
-class ObjectMeta(ApiModel):
-    """The part of metadata a manifest author sets."""
-
-    name: str | None = None
-    generate_name: str | None = None
-    namespace: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
 
 
 def _present(kind: V1Kind, rtype: str) -> str:
@@ -359,8 +329,7 @@ class ElasticPolicy(ApiModel):
     )
 
 
-class PyTorchJobSpec(ApiModel):
-    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+class PyTorchJobSpec(JobSpec):
     elastic_policy: ElasticPolicy | None = None
     nproc_per_node: Annotated[
         str | None,
@@ -416,8 +385,7 @@ class PyTorchJob(TrainingJob):
 # -- TFJob --------------------------------------------------------------------------------------
 
 
-class TFJobSpec(ApiModel):
-    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+class TFJobSpec(JobSpec):
     success_policy: Literal["", "AllWorkers"] | None = None
     enable_dynamic_worker: bool | None = None
     tf_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
@@ -449,8 +417,7 @@ class TFJob(TrainingJob):
 # -- XGBoostJob ---------------------------------------------------------------------------------
 
 
-class XGBoostJobSpec(ApiModel):
-    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+class XGBoostJobSpec(JobSpec):
     xgb_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
         XGBOOSTJOB,
         cel(
@@ -483,8 +450,7 @@ class PaddleElasticPolicy(ApiModel):
     )
 
 
-class PaddleJobSpec(ApiModel):
-    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+class PaddleJobSpec(JobSpec):
     elastic_policy: PaddleElasticPolicy | None = None
     paddle_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
         PADDLEJOB,
@@ -504,8 +470,7 @@ class PaddleJob(TrainingJob):
 # -- JAXJob -------------------------------------------------------------------------------------
 
 
-class JAXJobSpec(ApiModel):
-    run_policy: Annotated[RunPolicy | None, Field(json_schema_extra=_RUN_POLICY_RULES)] = None
+class JAXJobSpec(JobSpec):
     jax_replica_specs: dict[str, ReplicaSpec] = replica_specs_field(
         JAXJOB,
         _needs_a_leader(JAXJOB),

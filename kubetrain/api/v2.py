@@ -11,13 +11,13 @@ says.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Final, Literal, cast, get_args
+from typing import Annotated, Any, ClassVar, Final, Generic, Literal, TypeVar, cast, get_args
 
 from pydantic import ConfigDict, Field
 
 from kubetrain import naming
 from kubetrain.api import kinds
-from kubetrain.api.base import ApiModel, FirstFailure, cel, k8s_ref, rules
+from kubetrain.api.base import ApiModel, Condition, KubetrainStatus, ObjectMeta, cel, k8s_ref, rules
 
 GROUP: Final = kinds.TRAINER_GROUP
 VERSION: Final = kinds.TRAINER_VERSION
@@ -26,9 +26,7 @@ ApiVersion = Literal["trainer.kubeflow.org/v1alpha1"]
 API_VERSION: Final = cast(ApiVersion, kinds.TRAINJOB.api_version)
 
 MANAGED_BY_UPSTREAM = naming.MANAGED_BY_TRAINER
-MANAGED_BY_KUBETRAIN = naming.MANAGED_BY_KUBETRAIN
-MANAGED_BY_MULTIKUEUE = naming.MANAGED_BY_MULTIKUEUE
-MANAGED_BY_VALUES = (MANAGED_BY_UPSTREAM, MANAGED_BY_KUBETRAIN, MANAGED_BY_MULTIKUEUE)
+MANAGED_BY_VALUES = naming.managed_by_values(MANAGED_BY_UPSTREAM)
 
 _IMMUTABLE = "self == oldSelf"
 
@@ -54,18 +52,10 @@ def _quoted(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def _refused(field: str, why: str) -> dict[str, Any]:
+def _refused(field: str, why: str) -> Any:
     """A JobSet or Job field kubetrain does not carry out: declared, so the API server keeps it long
     enough to refuse it, with a message that names it and says what to do instead."""
-    return rules(cel("false", f"{field} is not supported: {why}"))
-
-
-class ObjectMeta(ApiModel):
-    name: str | None = None
-    generate_name: str | None = None
-    namespace: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
+    return Field(None, json_schema_extra=rules(cel("false", f"{field} is not supported: {why}")))
 
 
 class MetadataPatch(ApiModel):
@@ -187,36 +177,31 @@ class PodSpecPatch(ApiModel):
     termination_grace_period_seconds: int | None = Field(None, ge=0)
 
 
-class PodTemplatePatch(ApiModel):
+SpecPatchT = TypeVar("SpecPatchT", bound=ApiModel)
+
+
+class TemplatePatch(ApiModel, Generic[SpecPatchT]):
+    """A patch of one of the runtime's nested templates (JobSet, Job, pod): its metadata and its spec."""
+
     metadata: MetadataPatch | None = None
-    spec: PodSpecPatch | None = None
+    spec: SpecPatchT | None = None
 
 
 class JobSpecPatch(ApiModel):
-    template: PodTemplatePatch | None = None
-
-
-class JobTemplatePatch(ApiModel):
-    metadata: MetadataPatch | None = None
-    spec: JobSpecPatch | None = None
+    template: TemplatePatch[PodSpecPatch] | None = None
 
 
 class ReplicatedJobPatch(ApiModel):
     name: str
-    template: JobTemplatePatch | None = None
+    template: TemplatePatch[JobSpecPatch] | None = None
 
 
 class JobSetSpecPatch(ApiModel):
     replicated_jobs: list[ReplicatedJobPatch] | None = Field(None, max_length=100)
 
 
-class JobSetTemplatePatch(ApiModel):
-    metadata: MetadataPatch | None = None
-    spec: JobSetSpecPatch | None = None
-
-
 class TrainingRuntimeSpecPatch(ApiModel):
-    template: JobSetTemplatePatch | None = None
+    template: TemplatePatch[JobSetSpecPatch] | None = None
 
 
 class RuntimePatch(ApiModel):
@@ -304,12 +289,7 @@ _TRAINJOB_SPEC_RULES = rules(
 )
 
 
-class Condition(ApiModel):
-    type: str
-    status: str
-    reason: str | None = None
-    message: str | None = None
-    last_transition_time: str | None = None
+class TrainJobCondition(Condition):
     observed_generation: int | None = None
 
 
@@ -334,21 +314,18 @@ class TrainerStatus(ApiModel):
     last_updated_time: str | None = None
 
 
-class TrainJobStatus(ApiModel):
-    # Where the controller keeps its restart bookkeeping (see v1.JobStatus.bookkeeping).
+class TrainJobStatus(KubetrainStatus):
     bookkeeping: ClassVar[tuple[str, ...]] = (
+        *KubetrainStatus.bookkeeping,
         "restarts",
         "restartsCountTowardsMax",
-        "disruptions",
-        "stalls",
-        "lastStallTime",
         "jobFailures",
         "countedPodRestarts",
         "failedIndexes",
         "jobStartTimes",
     )
 
-    conditions: list[Condition] | None = Field(None, max_length=8)
+    conditions: list[TrainJobCondition] | None = Field(None, max_length=8)
     jobs_status: list[JobStatus] | None = Field(None, max_length=100)
     trainer_status: TrainerStatus | None = None
     # kubetrain runs no JobSet, so JobSet's restart bookkeeping lives here (same names as JobSet's).
@@ -357,21 +334,6 @@ class TrainJobStatus(ApiModel):
     )
     restarts_count_towards_max: int | None = Field(
         None, ge=0, description="Restarts that count against failurePolicy.maxRestarts."
-    )
-    stalls: int | None = Field(
-        None, ge=0, description="kubetrain: restarts because no progress was reported for the stall timeout"
-    )
-    last_stall_time: str | None = Field(
-        None, description="kubetrain: when the job was last restarted for a stall"
-    )
-    first_failure: FirstFailure | None = Field(
-        None, description="kubetrain: the node that failed first, and why (set when the job fails)"
-    )
-    disruptions: int | None = Field(
-        None,
-        ge=0,
-        description="kubetrain: pods stopped by a disruption (preemption, eviction, drain, node loss) so far; "
-        "each restarts every pod without counting against failurePolicy.maxRestarts",
     )
     # The Job controller's failure counts, kept where a garbage-collected pod cannot take them back.
     job_failures: dict[str, int] | None = Field(
@@ -616,49 +578,25 @@ class JobSpec(ApiModel):
             )
         ),
     ] = None
-    success_policy: Annotated[
-        dict[str, Any] | None,
-        Field(
-            json_schema_extra=_refused(
-                f"{_JOB}.successPolicy",
-                "use the JobSet's spec.template.spec.successPolicy, which decides when the TrainJob completes",
-            )
-        ),
-    ] = None
-    ttl_seconds_after_finished: Annotated[
-        int | None,
-        Field(
-            json_schema_extra=_refused(
-                f"{_JOB}.ttlSecondsAfterFinished",
-                "set spec.template.spec.ttlSecondsAfterFinished (the JobSet's), or the TrainJob's "
-                "kubetrain.dev/ttl-seconds-after-finished annotation",
-            )
-        ),
-    ] = None
-    suspend: Annotated[
-        bool | None,
-        Field(
-            json_schema_extra=_refused(f"{_JOB}.suspend", "suspend the TrainJob (its spec.suspend) instead")
-        ),
-    ] = None
-    selector: Annotated[
-        dict[str, Any] | None,
-        Field(json_schema_extra=_refused(f"{_JOB}.selector", "the controller selects the pods it creates")),
-    ] = None
-    manual_selector: Annotated[
-        bool | None,
-        Field(
-            json_schema_extra=_refused(f"{_JOB}.manualSelector", "the controller selects the pods it creates")
-        ),
-    ] = None
-    managed_by: Annotated[
-        str | None,
-        Field(
-            json_schema_extra=_refused(
-                f"{_JOB}.managedBy", "kubetrain writes no Job objects; set the TrainJob's spec.managedBy"
-            )
-        ),
-    ] = None
+    success_policy: dict[str, Any] | None = _refused(
+        f"{_JOB}.successPolicy",
+        "use the JobSet's spec.template.spec.successPolicy, which decides when the TrainJob completes",
+    )
+    ttl_seconds_after_finished: int | None = _refused(
+        f"{_JOB}.ttlSecondsAfterFinished",
+        "set spec.template.spec.ttlSecondsAfterFinished (the JobSet's), or the TrainJob's "
+        "kubetrain.dev/ttl-seconds-after-finished annotation",
+    )
+    suspend: bool | None = _refused(f"{_JOB}.suspend", "suspend the TrainJob (its spec.suspend) instead")
+    selector: dict[str, Any] | None = _refused(
+        f"{_JOB}.selector", "the controller selects the pods it creates"
+    )
+    manual_selector: bool | None = _refused(
+        f"{_JOB}.manualSelector", "the controller selects the pods it creates"
+    )
+    managed_by: str | None = _refused(
+        f"{_JOB}.managedBy", "kubetrain writes no Job objects; set the TrainJob's spec.managedBy"
+    )
     template: Annotated[
         dict[str, Any], Field(json_schema_extra=k8s_ref("io.k8s.api.core.v1.PodTemplateSpec"))
     ] = Field(default_factory=dict)
@@ -829,14 +767,9 @@ class JobSetSpec(ApiModel):
             )
         ),
     ] = None
-    managed_by: Annotated[
-        str | None,
-        Field(
-            json_schema_extra=_refused(
-                "spec.template.spec.managedBy", "kubetrain runs no JobSet; set the TrainJob's spec.managedBy"
-            )
-        ),
-    ] = None
+    managed_by: str | None = _refused(
+        "spec.template.spec.managedBy", "kubetrain runs no JobSet; set the TrainJob's spec.managedBy"
+    )
     volume_claim_policies: list[VolumeClaimPolicy] | None = None
 
 
@@ -851,19 +784,23 @@ class TrainingRuntimeSpec(ApiModel):
     template: JobSetTemplate
 
 
-class TrainingRuntime(ApiModel):
+class Runtime(ApiModel):
+    """What both runtime kinds are: the same spec, namespaced or cluster-wide."""
+
+    api_kind: ClassVar[kinds.Kind]
+
+    api_version: ApiVersion = API_VERSION
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec
+
+
+class TrainingRuntime(Runtime):
     api_kind: ClassVar[kinds.Kind] = kinds.TRAINING_RUNTIME
 
-    api_version: ApiVersion = API_VERSION
     kind: Literal["TrainingRuntime"] = "TrainingRuntime"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: TrainingRuntimeSpec
 
 
-class ClusterTrainingRuntime(ApiModel):
+class ClusterTrainingRuntime(Runtime):
     api_kind: ClassVar[kinds.Kind] = kinds.CLUSTER_TRAINING_RUNTIME
 
-    api_version: ApiVersion = API_VERSION
     kind: Literal["ClusterTrainingRuntime"] = "ClusterTrainingRuntime"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: TrainingRuntimeSpec

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubetrain.devcluster.paths import StateLayout
 from kubetrain.devcluster.process import CommandCheck, Component, HealthCheck
 
 # The Airflow processes, in the order they start (and the reverse order they stop).
@@ -63,10 +64,8 @@ class Secrets:
 
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(StateLayout):
     """Where one deployment keeps everything, all under ``root``."""
-
-    root: Path
 
     @property
     def home(self) -> Path:
@@ -80,13 +79,6 @@ class Layout:
     @property
     def pgdata(self) -> Path:
         return self.root / "postgres"
-
-    @property
-    def state_file(self) -> Path:
-        return self.root / "state.json"
-
-    def log(self, component: str) -> Path:
-        return self.root / "logs" / f"{component}.log"
 
     @property
     def passwords(self) -> Path:

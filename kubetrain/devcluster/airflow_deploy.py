@@ -23,7 +23,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kubetrain.devcluster import process
+from kubetrain.devcluster import paths, process
 from kubetrain.devcluster.airflow_api import AirflowApi
 from kubetrain.devcluster.airflow_config import (
     ADMIN,
@@ -138,21 +137,11 @@ class AirflowDeployment:
 
     # -- state ---------------------------------------------------------------------------------
     def load_state(self) -> AirflowState | None:
-        if not self.layout.state_file.exists():
-            return None
-        try:
-            return AirflowState(**json.loads(self.layout.state_file.read_text()))
-        except (ValueError, TypeError) as exc:
-            raise DevClusterError(
-                f"state file {self.layout.state_file} is unreadable ({exc}); run `kubetrain dev airflow "
-                "down` to clear it"
-            ) from exc
+        return paths.read_state(self.layout.state_file, AirflowState, "kubetrain dev airflow down")
 
     def _save(self, state: AirflowState) -> None:
-        tmp = self.layout.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2))
-        tmp.chmod(0o600)  # it holds the admin's password and the deployment's secrets
-        tmp.replace(self.layout.state_file)
+        # mode 0600: it holds the admin's password and the deployment's secrets
+        paths.write_state(self.layout.state_file, state, mode=0o600)
 
     def plan(self, state: AirflowState) -> Plan:
         options = AirflowOptions(**state.options)
@@ -202,15 +191,11 @@ class AirflowDeployment:
         console = console or Console(stderr=True)
         major = airflow_major()
         pg_bin = postgres_bin()
-        existing = self.load_state()
+        existing = paths.still_running(
+            self.load_state(), self.is_up, self.root, "Airflow", "kubetrain dev airflow", console=console
+        )
         if existing is not None:
-            if self.is_up():
-                console.print(f"[yellow]Airflow is already up[/] (state dir {self.root}).")
-                return existing
-            raise DevClusterError(
-                f"stale state dir {self.root}: Airflow was started there but is no longer running; run "
-                "`kubetrain dev airflow down` to clear it, then `kubetrain dev airflow up`"
-            )
+            return existing
         cluster = DevCluster(Path(options.cluster))
         cluster_state = cluster.load_state()
         if cluster_state is None or not cluster.is_up():
@@ -245,8 +230,7 @@ class AirflowDeployment:
             console.print("  [green]✓[/] database migrated; connection kubernetes_default added")
             self._start_airflow(plan, state, pg_bin, plan.components, console)
         except BaseException:
-            self._stop_all(state)
-            shutil.rmtree(self.root, ignore_errors=True)
+            process.tear_down(self.root, state.pids, grace=20)
             raise
         state.startup_seconds["total"] = round(time.monotonic() - started, 2)
         self._save(state)
@@ -380,18 +364,10 @@ class AirflowDeployment:
         self._start_airflow(plan, state, postgres_bin(), (name,), Console(stderr=True, quiet=True))
         return state.startup_seconds[name]
 
-    def _stop_all(self, state: AirflowState) -> None:
-        for name in reversed(list(state.pids)):
-            process.stop(state.pids[name], grace=20)
-
     def down(self) -> bool:
         """Stop every process (Airflow's first, Postgres last) and remove the state dir."""
-        state = self.load_state() if self.layout.state_file.exists() else None
-        if state is not None:
-            self._stop_all(state)
-        existed = self.root.exists()
-        shutil.rmtree(self.root, ignore_errors=True)
-        return existed
+        state = self.load_state()
+        return process.tear_down(self.root, state.pids if state else {}, grace=20)
 
     def status(self) -> list[AirflowStatus]:
         state = self.load_state()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -12,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kubetrain.devcluster import build, paths
-from kubetrain.devcluster.airflow_deploy import REPO, AirflowDeployment, AirflowOptions
-from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, DevCluster
+from kubetrain.devcluster.airflow_deploy import REPO, AirflowDeployment, AirflowOptions, AirflowStatus
+from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, ComponentStatus, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
 app = typer.Typer(
@@ -154,27 +156,43 @@ def restart_command(
 def status_command(state_dir: StateDir = None) -> None:
     """Pid, port and health of each component; exits 1 unless all are healthy."""
     cluster = _cluster(state_dir)
+    _show_health(
+        cluster.status,
+        first_column="component",
+        title=f"dev cluster ({cluster.state_dir})",
+        none_running="No dev cluster is running; start one with `kubetrain dev up`.",
+    )
+
+
+def _show_health(
+    read: Callable[[], Sequence[ComponentStatus] | Sequence[AirflowStatus]],
+    *,
+    first_column: str,
+    title: str,
+    none_running: str,
+) -> None:
+    """A table of the rows ``read`` returns, a column per field (the first, the name, headed
+    ``first_column``); exits 1 when there are none or one is unhealthy."""
     try:
-        rows = cluster.status()
+        rows = read()
     except DevClusterError as exc:
         raise _fail(exc) from None
     if not rows:
-        console.print("No dev cluster is running; start one with `kubetrain dev up`.")
+        console.print(none_running)
         raise typer.Exit(code=1)
-    table = Table(
-        "component", "pid", "port", "running", "healthy", title=f"dev cluster ({cluster.state_dir})"
-    )
+    columns = [f.name for f in dataclasses.fields(rows[0])]
+    table = Table(first_column, *columns[1:], title=title)
     for row in rows:
-        table.add_row(
-            row.name, str(row.pid or "-"), str(row.port or "-"), _mark(row.running), _mark(row.healthy)
-        )
+        table.add_row(*(_cell(getattr(row, column)) for column in columns))
     Console().print(table)
     if not all(row.healthy for row in rows):
         raise typer.Exit(code=1)
 
 
-def _mark(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[red]no[/]"
+def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "[green]yes[/]" if value else "[red]no[/]"
+    return str(value or "-")
 
 
 @app.command("logs")
@@ -295,19 +313,12 @@ def airflow_down_command(state_dir: StateDir = None, airflow_dir: AirflowDir = N
 def airflow_status_command(state_dir: StateDir = None, airflow_dir: AirflowDir = None) -> None:
     """Pid and health of each process; exits 1 unless all are healthy."""
     deployment = _deployment(state_dir, airflow_dir)
-    try:
-        rows = deployment.status()
-    except DevClusterError as exc:
-        raise _fail(exc) from None
-    if not rows:
-        console.print("No Airflow deployment is running; start one with `kubetrain dev airflow up`.")
-        raise typer.Exit(code=1)
-    table = Table("process", "pid", "running", "healthy", title=f"Airflow ({deployment.root})")
-    for row in rows:
-        table.add_row(row.name, str(row.pid or "-"), _mark(row.running), _mark(row.healthy))
-    Console().print(table)
-    if not all(row.healthy for row in rows):
-        raise typer.Exit(code=1)
+    _show_health(
+        deployment.status,
+        first_column="process",
+        title=f"Airflow ({deployment.root})",
+        none_running="No Airflow deployment is running; start one with `kubetrain dev airflow up`.",
+    )
 
 
 @airflow_app.command("restart")

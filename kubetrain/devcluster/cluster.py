@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import socket
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kubetrain.devcluster import build, kueue, nodes, pki, process
+from kubetrain.devcluster import build, kueue, nodes, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
 from kubetrain.kube import errors
@@ -166,39 +165,27 @@ class DevCluster:
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self.layout = paths.StateLayout(state_dir)
         self.pki = pki.Pki(state_dir / "pki")
 
     # -- paths -----------------------------------------------------------------
-    @property
-    def state_file(self) -> Path:
-        return self.state_dir / "state.json"
-
     @property
     def kubeconfig(self) -> Path:
         """The admin kubeconfig people and tests use."""
         return self.state_dir / "kubeconfig"
 
     def log_path(self, component: str) -> Path:
-        return self.state_dir / "logs" / f"{component}.log"
+        return self.layout.log(component)
 
     def _component_kubeconfig(self, identity: str) -> Path:
         return self.state_dir / f"{identity}.kubeconfig"
 
     # -- state -----------------------------------------------------------------
     def load_state(self) -> ClusterState | None:
-        if not self.state_file.exists():
-            return None
-        try:
-            return ClusterState(**json.loads(self.state_file.read_text()))
-        except (ValueError, TypeError) as exc:
-            raise DevClusterError(
-                f"state file {self.state_file} is unreadable ({exc}); run `kubetrain dev down` to clear it"
-            ) from exc
+        return paths.read_state(self.layout.state_file, ClusterState, "kubetrain dev down")
 
     def _save_state(self, state: ClusterState) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2))
-        tmp.replace(self.state_file)
+        paths.write_state(self.layout.state_file, state)
 
     def is_up(self) -> bool:
         state = self.load_state()
@@ -466,15 +453,11 @@ class DevCluster:
         """Start every component and the simulated nodes; raises ``DevClusterError`` on any fault."""
         console = console or Console(stderr=True)
         options.validate()
-        existing = self.load_state()
+        existing = paths.still_running(
+            self.load_state(), self.is_up, self.state_dir, "the dev cluster", "kubetrain dev", console=console
+        )
         if existing is not None:
-            if self.is_up():
-                console.print(f"[yellow]The dev cluster is already up[/] (state dir {self.state_dir}).")
-                return existing
-            raise DevClusterError(
-                f"stale state dir {self.state_dir}: a cluster was started there but is no longer running; "
-                "run `kubetrain dev down` to clear it, then `kubetrain dev up`"
-            )
+            return existing
         for name in options.binaries():
             build.binary_path(name)
         if options.apiserver_port is not None and _port_in_use(options.apiserver_port):
@@ -531,8 +514,7 @@ class DevCluster:
                 f"({options.gpu_nodes} with {options.gpus_per_node} GPUs each, {options.cpu_nodes} CPU-only)"
             )
         except BaseException:
-            self._stop_all(state)
-            shutil.rmtree(self.state_dir, ignore_errors=True)
+            process.tear_down(self.state_dir, state.pids)
             raise
         state.startup_seconds["total"] = round(time.monotonic() - started, 2)
         self._save_state(state)
@@ -556,22 +538,14 @@ class DevCluster:
         self._save_state(state)
         return process.wait_healthy(component, proc, self.log_path(name))
 
-    def _stop_all(self, state: ClusterState) -> None:
-        for name in reversed(list(state.pids)):
-            process.stop(state.pids[name])
-
     def down(self) -> bool:
         """Stop every component (and an Airflow deployment in the state dir) and remove the state dir;
         returns whether anything was there."""
         from kubetrain.devcluster.airflow_deploy import AirflowDeployment  # it imports this module
 
         AirflowDeployment(self.state_dir / "airflow").down()
-        state = self.load_state() if self.state_file.exists() else None
-        if state is not None:
-            self._stop_all(state)
-        existed = self.state_dir.exists()
-        shutil.rmtree(self.state_dir, ignore_errors=True)
-        return existed
+        state = self.load_state()
+        return process.tear_down(self.state_dir, state.pids if state else {})
 
     def status(self) -> list[ComponentStatus]:
         """Pid, port and health of each component."""

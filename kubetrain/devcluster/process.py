@@ -4,6 +4,8 @@ Each component runs in a session (process group) of its own, so stopping it
 reaches every child, and outlives the ``kubetrain dev up`` command that started
 it. Stopping is by recorded pid, never by name matching: SIGTERM to the group,
 then SIGKILL after a grace period (or SIGKILL at once, as a crash would).
+``tear_down`` stops what a state dir records, the last started first, and
+removes the dir.
 
 A component is ready when its probe says so: an HTTP(S) endpoint that answers
 200 (``HealthCheck``), or a command that prints what readiness looks like
@@ -17,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -192,6 +195,16 @@ def stop(pid: int, *, grace: float = 10.0) -> None:
             return
         time.sleep(0.1)
     kill(pid)
+
+
+def tear_down(root: Path, pids: Mapping[str, int], *, grace: float = 10.0) -> bool:
+    """Stop the processes recorded in ``pids`` (the last started first), then remove ``root``; returns
+    whether ``root`` was there."""
+    for name in reversed(list(pids)):
+        stop(pids[name], grace=grace)
+    existed = root.exists()
+    shutil.rmtree(root, ignore_errors=True)
+    return existed
 
 
 def kill(pid: int) -> None:
