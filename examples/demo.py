@@ -31,6 +31,7 @@ from kubetrain.client import JobClient, kinds
 from kubetrain.devcluster import build, paths
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
+from kubetrain.plot import Curve, parse, render
 
 REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "demo-output"
@@ -246,10 +247,10 @@ def summarize(cluster: DevCluster) -> bool:
     step(5, "Summary")
     with JobClient.connect(kubeconfig=str(cluster.kubeconfig)) as jobs:
         found = sorted(jobs.list(namespace=NAMESPACE), key=lambda j: j["metadata"]["creationTimestamp"])
-        curves = {
-            j["metadata"]["name"]: (_curve(jobs.logs(j, quiet=True)), kinds.state(j) == "Failed")
+        curves = [
+            Curve(j["metadata"]["name"], kinds.state(j) == "Failed", parse(jobs.logs(j, quiet=True)))
             for j in found
-        }
+        ]
     table = Table(
         "job", "kind", "from", "state", "steps", "resumed from step", "accuracy", "last checkpoint", "time"
     )
@@ -269,7 +270,12 @@ def summarize(cluster: DevCluster) -> bool:
             _duration(job),
         )
     console.print(table)
-    png = plot(curves)
+    png = render(
+        curves,
+        OUTPUT / "training-curves.png",
+        metrics=["loss"],
+        title="Interrupted and resumed: Airflow retry, then PyTorchJob -> TrainJob in KFP",
+    )
     console.print(f"training curves: {png.relative_to(REPO)}")
     console.print(
         f"\nexport KUBECONFIG={cluster.kubeconfig}\n.venv/bin/kubetrain list -n {NAMESPACE}\n"
@@ -277,10 +283,6 @@ def summarize(cluster: DevCluster) -> bool:
         "Stop everything with `make demo-down`."
     )
     return len(found) >= 4 and sum(kinds.state(j) == "Succeeded" for j in found) >= 3
-
-
-def _curve(log: str) -> list[tuple[int, float]]:
-    return [(int(m[1]), float(m[2])) for m in TRAINING_LINE.finditer(log)]
 
 
 def _duration(job: dict[str, Any]) -> str:
@@ -296,31 +298,6 @@ def _duration(job: dict[str, Any]) -> str:
         return "-"
     parse = lambda value: dt.datetime.fromisoformat(value.replace("Z", "+00:00"))  # noqa: E731
     return f"{(parse(ends[0]) - parse(start)).total_seconds():.0f}s"
-
-
-def plot(curves: dict[str, tuple[list[tuple[int, float]], bool]]) -> Path:
-    """Training loss against step, one line per job (dashed when it failed), to demo-output/training-curves.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, (points, failed) in curves.items():
-        if points:
-            steps, losses = zip(*points, strict=True)
-            style = {"linestyle": "--", "marker": "x"} if failed else {"marker": "o"}
-            ax.plot(steps, losses, markersize=4, label=f"{name} (failed)" if failed else name, **style)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (rank 0)")
-    ax.set_title("Interrupted and resumed: Airflow retry, then PyTorchJob -> TrainJob in KFP")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    OUTPUT.mkdir(exist_ok=True)
-    target = OUTPUT / "training-curves.png"
-    fig.tight_layout()
-    fig.savefig(target, dpi=120)
-    return target
 
 
 def main() -> int:

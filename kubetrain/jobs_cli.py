@@ -39,6 +39,7 @@ from rich.table import Table
 from kubetrain import naming
 from kubetrain.client import JobClient, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
+from kubetrain.plot import Curve, merged, parse, render
 
 Obj = dict[str, Any]
 
@@ -450,6 +451,53 @@ def resume(
             finish(client, wait_with_progress(client, resumed, timeout))
 
 
+def plot(
+    job: JobRef,
+    namespace: Namespace = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric", "-m", help="A metric to plot (repeat for more); default: every one with a curve."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The PNG to write (default: <lineage>-curves.png).")
+    ] = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Write a PNG of the metric curves of every attempt of a job's lineage, from rank 0's logs."""
+    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+        name = lineage.lineage_of(found)
+        labelled = client.list(
+            kind=found["kind"], namespace=ns, label_selector=f"{naming.LABEL_LINEAGE}={name}"
+        )
+        first = client.get(found["kind"], name, ns)  # a first attempt made without the label names it
+        by_uid = {j["metadata"]["uid"]: j for j in [*labelled, found, *([first] if first else [])]}
+        attempts = sorted(by_uid.values(), key=lineage.attempt_of)
+        curves = [
+            Curve(
+                attempt["metadata"]["name"],
+                kinds.state(attempt) == "Failed",
+                merged(
+                    parse(client.logs(attempt, previous=True, quiet=True)),
+                    parse(client.logs(attempt, quiet=True)),
+                ),
+            )
+            for attempt in attempts
+        ]
+        try:
+            png = render(
+                curves,
+                output or Path(f"{name}-curves.png"),
+                metrics=metric,
+                title=f"{found['kind']} {ns}/{name}",
+            )
+        except (ValueError, RuntimeError) as exc:
+            fail(str(exc), EXIT_USAGE)
+        console.print(f"wrote {png}: {', '.join(c.attempt for c in curves)}")
+
+
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("submit", submit),
     ("list", list_jobs),
@@ -460,6 +508,7 @@ COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("delete", delete),
     ("suspend", suspend),
     ("resume", resume),
+    ("plot", plot),
 ]
 
 

@@ -291,7 +291,13 @@ async def test_a_resubmitted_job_resumes_from_the_same_checkpoint_dir(
 
 @pytest.mark.parametrize("failure", ["DeadlineExceeded", "BackoffLimitExceeded"])
 async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
-    failure: str, controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, shell: dict[str, str]
+    failure: str,
+    controller: Any,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    shell: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     """An OnFailure job on an RWX checkpoint volume fails (its deadline, or its backoff limit while its
     containers restart in place); the retry a user runs (``kubetrain resume``) trains with no process of
@@ -349,6 +355,17 @@ async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
     assert max(published, key=lambda e: e.step).attempt == 2
     assert all(e.step <= resumed_from for e in published if e.attempt == 1)
     assert checkpoint.read_fence(host_dir, "run") == 2
+
+    # The lineage's curves, from rank 0's logs of each attempt still there.
+    png = tmp_path / "run.png"
+    plotted = await asyncio.to_thread(
+        subprocess.run,
+        ["kubetrain", "plot", f"pytorchjob/{retry}", "--output", str(png)],
+        env=shell, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert plotted.returncode == 0, plotted.stdout + plotted.stderr
+    assert f"wrote {png}: run, {retry}" in " ".join(plotted.stdout.split()), plotted.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 async def deadline_after_a_checkpoint(jobs: Jobs, core: client.CoreV1Api, namespace: str, name: str) -> None:
