@@ -18,11 +18,13 @@ Exit codes, so scripts can branch on them (docs/reference/cli.md):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +35,7 @@ import typer
 import yaml
 from kubernetes_asyncio.client import ApiException
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
@@ -189,7 +192,8 @@ def progress_bar(percent: int | None, width: int = 10) -> str:
     return f"\\[{'#' * filled}{'-' * (width - filled)}] {int(percent):3d}%"
 
 
-def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
+def jobs_table(jobs: list[Obj], *, namespaces: bool, with_report: bool = False) -> Table:
+    """The jobs, a row each; with ``with_report``, also what the training last reported (step, metrics)."""
     table = Table(box=None, header_style="bold")
     for column in (["NAMESPACE"] if namespaces else []) + [
         "KIND",
@@ -200,6 +204,7 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
         "ETA",
         "LAST CHECKPOINT",
         "AGE",
+        *(["REPORTED"] if with_report else []),
     ]:
         table.add_column(column)
     for job in jobs:
@@ -221,6 +226,7 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool) -> Table:
             "-" if eta is None else kinds.duration(eta),
             checkpoint or "-",
             age(job),
+            *([escape(kinds.progress_line(job) or "-")] if with_report else []),
         ]
         table.add_row(*([job["metadata"]["namespace"]] if namespaces else []), *row)
     return table
@@ -329,6 +335,45 @@ def list_jobs(
             key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
         )
         emit(jobs, output, lambda: jobs_table(jobs, namespaces=all_namespaces))
+
+
+def top(
+    namespace: Namespace = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.5)] = 2.0,
+    once: Annotated[bool, typer.Option(help="Print one frame and exit (also when not a terminal).")] = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """A live view of the jobs that have not finished: state, replicas, progress, ETA and what the
+    training last reported, refreshed every --interval seconds until Ctrl-C."""
+    ns = None if all_namespaces else default_namespace(kubeconfig, context, namespace)
+    with connect(kubeconfig, context) as client:
+
+        def frame() -> Table:
+            jobs = sorted(
+                (j for j in client.list(namespace=ns) if not kinds.is_finished(j)),
+                key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
+            )
+            states = Counter(kinds.state(j) for j in jobs)
+            table = jobs_table(jobs, namespaces=all_namespaces, with_report=True)
+            summary = (
+                ", ".join(f"{count} {state.lower()}" for state, count in sorted(states.items())) or "none"
+            )
+            table.title = f"{ns or 'all namespaces'}: {summary} (at {dt.datetime.now():%H:%M:%S})"
+            table.title_justify = "left"
+            return table
+
+        if once or not console.is_terminal:
+            console.print(frame())
+            return
+        with (
+            Live(frame(), console=console, auto_refresh=False) as live,
+            contextlib.suppress(KeyboardInterrupt),
+        ):
+            while True:
+                time.sleep(interval)
+                live.update(frame(), refresh=True)
 
 
 def get(
@@ -501,6 +546,7 @@ def plot(
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("submit", submit),
     ("list", list_jobs),
+    ("top", top),
     ("get", get),
     ("describe", describe),
     ("logs", logs),
@@ -577,6 +623,12 @@ def _describe(client: JobClient, job: Obj) -> None:
     checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report.get(
         "last_checkpoint"
     )
+    progress = kinds.progress_line(job)
+    if progress:
+        console.print(f"[bold]Progress:[/] {escape(progress)}", highlight=False)
+    queued = kinds.queued_line(job, client.admission_wait(job))
+    if queued:
+        console.print(f"[bold]Queue:[/] {escape(queued)}", highlight=False)
     console.print(f"[bold]Last checkpoint:[/] {checkpoint or '-'}")
     if report:
         console.print(f"[bold]Training report:[/] {json.dumps(report, sort_keys=True)}", highlight=False)

@@ -99,6 +99,43 @@ def test_list_get_and_describe_show_every_kind(cli: Any, kubectl: Kubectl, names
     assert "pt-master-0" in described
 
 
+def test_top_and_describe_show_what_a_running_job_reported(
+    cli: Any, kubectl: Kubectl, namespace: str
+) -> None:
+    running = pytorchjob("reporting", workers=1, master_annotations=HANG, worker_annotations=HANG)
+    assert cli("submit", manifest=running).returncode == 0
+    assert (
+        cli(
+            "submit", "--wait", manifest=pytorchjob("finished", workers=0, master_annotations=runs_for("1s"))
+        ).returncode
+        == 0
+    )
+    assert _state(cli, "reporting", "Running")
+    report = {
+        "progressPercentage": 40,
+        "estimatedRemainingSeconds": 90,
+        "metrics": [
+            {"name": "currentStep", "value": "400"},
+            {"name": "totalSteps", "value": "1000"},
+            {"name": "loss", "value": "0.25"},
+        ],
+    }
+    # What the status server writes when the training reports (docs/observability.md).
+    annotated = kubectl(
+        "annotate",
+        "-n",
+        namespace,
+        "pytorchjob/reporting",
+        f"kubetrain.dev/trainer-status={json.dumps(report)}",
+    )
+    assert annotated.returncode == 0, annotated.stderr
+    frame = cli("top", "--once").stdout
+    assert "1 running" in frame and "reporting" in frame and "finished" not in frame, frame
+    assert "40%" in frame and "step 400/1000, 40%, ETA 1m30s, loss 0.25" in frame, frame
+    described = cli("describe", "reporting").stdout
+    assert "Progress: step 400/1000, 40%, ETA 1m30s, loss 0.25" in described, described
+
+
 def test_suspend_and_resume_a_running_job(cli: Any) -> None:
     assert (
         cli(
