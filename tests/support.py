@@ -289,6 +289,19 @@ def condition(job: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 HANG = {"sim.kubetrain.dev/outcome": "hang"}
 
+# A progress report as the status server stores it (kubetrain.progress, the kubeflow SDK): step 400 of
+# 1000, 40 %, 90 s left, a loss, and a metric that is not a number.
+TRAINER_REPORT = {
+    "progressPercentage": 40,
+    "estimatedRemainingSeconds": 90,
+    "metrics": [
+        {"name": "currentStep", "value": "400"},
+        {"name": "totalSteps", "value": "1000"},
+        {"name": "loss", "value": "0.25"},
+        {"name": "phase", "value": "warmup"},
+    ],
+}
+
 
 def runs_for(duration: str) -> dict[str, str]:
     return {"sim.kubetrain.dev/run-duration": duration}

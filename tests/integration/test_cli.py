@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import HANG, fails, pytorchjob, runs_for, training_runtime, trainjob
+from tests.support import HANG, TRAINER_REPORT, fails, pytorchjob, runs_for, training_runtime, trainjob
 
 pytestmark = pytest.mark.usefixtures("controller_process")
 
@@ -111,22 +111,13 @@ def test_top_and_describe_show_what_a_running_job_reported(
         == 0
     )
     assert _state(cli, "reporting", "Running")
-    report = {
-        "progressPercentage": 40,
-        "estimatedRemainingSeconds": 90,
-        "metrics": [
-            {"name": "currentStep", "value": "400"},
-            {"name": "totalSteps", "value": "1000"},
-            {"name": "loss", "value": "0.25"},
-        ],
-    }
     # What the status server writes when the training reports (docs/observability.md).
     annotated = kubectl(
         "annotate",
         "-n",
         namespace,
         "pytorchjob/reporting",
-        f"kubetrain.dev/trainer-status={json.dumps(report)}",
+        f"kubetrain.dev/trainer-status={json.dumps(TRAINER_REPORT)}",
     )
     assert annotated.returncode == 0, annotated.stderr
     frame = cli("top", "--once").stdout

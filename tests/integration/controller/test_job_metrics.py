@@ -10,18 +10,7 @@ from prometheus_client import generate_latest
 
 from kubetrain import naming
 from kubetrain.controller import metrics
-from tests.support import HANG, Jobs, eventually, pytorchjob
-
-REPORT = {
-    "progressPercentage": 40,
-    "estimatedRemainingSeconds": 90,
-    "metrics": [
-        {"name": "currentStep", "value": "400"},
-        {"name": "totalSteps", "value": "1000"},
-        {"name": "loss", "value": "0.25"},
-        {"name": "phase", "value": "warmup"},  # not a number: no series
-    ],
-}
+from tests.support import HANG, TRAINER_REPORT, Jobs, eventually, pytorchjob
 
 
 def _scraped() -> str:
@@ -34,7 +23,10 @@ async def test_a_reporting_jobs_progress_is_a_gauge_until_the_job_is_gone(
     await jobs.create(pytorchjob("reporting", workers=1, annotations=HANG))
     await jobs.wait_condition("reporting", "Running", timeout=60)
     # What the status server writes when the training reports (kubetrain.progress, the kubeflow SDK).
-    annotations = {naming.ANNOTATION_TRAINER_STATUS: json.dumps(REPORT), naming.ANNOTATION_PROGRESS: "40"}
+    annotations = {
+        naming.ANNOTATION_TRAINER_STATUS: json.dumps(TRAINER_REPORT),
+        naming.ANNOTATION_PROGRESS: "40",
+    }
     await jobs.patch("reporting", {"metadata": {"annotations": annotations}})
     labels = f'job="reporting",job_namespace="{namespace}",kind="PyTorchJob"'  # sorted, as exported
 
@@ -47,7 +39,7 @@ async def test_a_reporting_jobs_progress_is_a_gauge_until_the_job_is_gone(
     assert f"kubetrain_job_step{{{labels}}} 400.0" in text
     assert f"kubetrain_job_total_steps{{{labels}}} 1000.0" in text
     assert f'kubetrain_job_metric{{{labels},metric="loss"}} 0.25' in text
-    assert 'metric="phase"' not in text
+    assert 'metric="phase"' not in text  # not a number: no series
 
     await jobs.delete("reporting")
 
