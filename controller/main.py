@@ -35,7 +35,7 @@ from kubetrain.controller import cached, frameworks, metrics, preflight
 from kubetrain.controller.plugins.gang import gang_scheduler
 from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, Settings
+from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Settings, Shared
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
 from kubetrain.controller.state import Obj, PodPlugin
@@ -201,24 +201,10 @@ class Manager:
                 continue
             jobs = Informer(self.kube, resource, transform=cached.stripped, **common)
             reconciler = V1JobReconciler(
-                kube=self.kube,
-                framework=framework,
-                jobs=jobs,
-                pods=pods,
-                services=services,
-                pod_groups=pod_groups,
-                expectations=Expectations(),  # one per kind: a PyTorchJob and a TFJob may share a name
-                recorder=self.recorder,
-                settings=settings,
+                framework=framework, pod_groups=pod_groups, **self._shared(settings, jobs, pods, services)
             )
-            queue = WorkQueue(reconciler.name)
-            jobs.add_handler(reconciler.job_handler(queue.add))
-            pods.add_handler(reconciler.pod_handler(queue.add))
-            services.add_handler(reconciler.child_handler(queue.add))
-            if pod_groups is not None:
-                pod_groups.add_handler(reconciler.child_handler(queue.add))
+            self._serve(reconciler, jobs, pods, [c for c in (services, pod_groups) if c is not None])
             self.informers.append(jobs)
-            self.runners.append(Runner(reconciler.name, queue, reconciler.reconcile, workers=options.workers))
         for informer in self.informers:
             informer.start()
         await asyncio.gather(*(i.wait_synced() for i in self.informers))
@@ -243,7 +229,6 @@ class Manager:
         if missing:
             log.warning("TrainJob is not installed (no CRD %s); not reconciling it", ", ".join(missing))
             return
-        assert self.recorder is not None
         indexes = {OWNER_INDEX: controller_owner_uid}
         whole = {**common, "transform": cached.stripped}
         trainjobs = Informer(self.kube, TRAINJOB.resource, **whole)
@@ -259,28 +244,43 @@ class Manager:
         pods = Informer(self.kube, PODS, indexes=indexes, transform=cached.pod, **owned)
         services = Informer(self.kube, SERVICES, transform=cached.service, **owned)
         reconciler = TrainJobReconciler(
-            kube=self.kube,
-            jobs=trainjobs,
             runtimes=runtimes,
             cluster_runtimes=cluster_runtimes,
             snapshots=snapshots,
+            **self._shared(settings, trainjobs, pods, services),
+        )
+        queue = self._serve(reconciler, trainjobs, pods, [services, snapshots])
+        for informer in (runtimes, cluster_runtimes):
+            informer.add_handler(reconciler.runtime_handler(queue.add))
+        self.informers += [trainjobs, runtimes, cluster_runtimes, snapshots, pods, services]
+
+    def _shared(self, settings: Settings, jobs: Informer, pods: Informer, services: Informer) -> Shared:
+        """What a kind's reconciler is made with; its own expectations, as a PyTorchJob and a TFJob (or a
+        TrainJob) may share a name."""
+        assert self.recorder is not None
+        return Shared(
+            kube=self.kube,
+            jobs=jobs,
             pods=pods,
             services=services,
             expectations=Expectations(),
             recorder=self.recorder,
             settings=settings,
         )
+
+    def _serve(
+        self, reconciler: JobReconciler, jobs: Informer, pods: Informer, children: list[Informer]
+    ) -> WorkQueue:
+        """Feed ``reconciler``'s queue from its jobs, pods and other children, and add its workers."""
         queue = WorkQueue(reconciler.name)
-        trainjobs.add_handler(reconciler.job_handler(queue.add))
+        jobs.add_handler(reconciler.job_handler(queue.add))
         pods.add_handler(reconciler.pod_handler(queue.add))
-        for children in (services, snapshots):
-            children.add_handler(reconciler.child_handler(queue.add))
-        for informer in (runtimes, cluster_runtimes):
-            informer.add_handler(reconciler.runtime_handler(queue.add))
-        self.informers += [trainjobs, runtimes, cluster_runtimes, snapshots, pods, services]
+        for informer in children:
+            informer.add_handler(reconciler.child_handler(queue.add))
         self.runners.append(
             Runner(reconciler.name, queue, reconciler.reconcile, workers=self.options.workers)
         )
+        return queue
 
     def cached_jobs(self) -> list[Obj]:
         """Every job in this controller's caches (the training jobs, not their runtimes or children)."""

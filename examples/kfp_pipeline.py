@@ -50,35 +50,31 @@ def digits_pipeline(
     min_accuracy: float = 0.5,
     wait_timeout: float = 3600.0,
 ) -> None:
+    both = {  # the two steps' jobs run the same image and checkpoint to the same claim
+        "namespace": namespace,
+        "image": IMAGE,
+        "checkpoint_dir": "/checkpoints",
+        "checkpoint_volume": checkpoint_volume,
+        "ttl_seconds_after_finished": 3600,
+        "wait_timeout": wait_timeout,
+    }
     first = pytorchjob_launcher(
         job_name="digits-pytorchjob",
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        namespace=namespace,
-        image=IMAGE,
         command=["python", "examples/train_ddp.py", "--checkpoint-every=20"],
         args=[f"--steps={first_steps}"],
         num_workers=1,
-        checkpoint_dir="/checkpoints",
-        checkpoint_volume=checkpoint_volume,
-        ttl_seconds_after_finished=3600,
-        wait_timeout=wait_timeout,
         working_dir=REPO,
+        **both,
         **ON_PROCESS_NODE,
     )
     second = trainjob_launcher(
         runtime=runtime,
         job_name="digits-trainjob",
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        namespace=namespace,
-        image=IMAGE,
         command=["torchrun", "examples/train_ddp.py", "--checkpoint-every=20"],
         args=[f"--steps={total_steps}"],
         num_nodes=2,
-        checkpoint_dir="/checkpoints",
-        checkpoint_volume=checkpoint_volume,
         resume_from=first.outputs["last_checkpoint"],
-        ttl_seconds_after_finished=3600,
-        wait_timeout=wait_timeout,
+        **both,
     )
     evaluate(first=first.outputs["metrics"], second=second.outputs["metrics"], min_accuracy=min_accuracy)
 

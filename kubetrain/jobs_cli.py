@@ -143,6 +143,24 @@ def connect_to_job(
         yield client, ns, resolve(client, ref, ns)
 
 
+def on_one_job(action: Callable[[JobClient, str, Obj], None]) -> Callable[..., None]:
+    """The command that does ``action`` (given the client, the namespace and the job) to the job its
+    argument names, with ``action``'s name and docstring as its own, and no options but where to look."""
+
+    def command(
+        job: JobRef,
+        namespace: Namespace = None,
+        kubeconfig: Kubeconfig = None,
+        context: Context = None,
+    ) -> None:
+        with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
+            action(client, ns, found)
+
+    # Not functools.wraps: typer would follow __wrapped__ to the action's parameters.
+    command.__name__, command.__doc__ = action.__name__, action.__doc__
+    return command
+
+
 def named(job: Obj) -> str:
     """``KIND NAMESPACE/NAME``, as messages name a job."""
     return f"{job['kind']} {job['metadata']['namespace']}/{job['metadata']['name']}"
@@ -389,15 +407,10 @@ def get(
         emit(found, output, lambda: jobs_table([found], namespaces=False))
 
 
-def describe(
-    job: JobRef,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-) -> None:
+@on_one_job
+def describe(client: JobClient, _: str, job: Obj) -> None:
     """Conditions, replicas, pods, the training report and the events of a job."""
-    with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
-        _describe(client, found)
+    _describe(client, job)
 
 
 def logs(
@@ -434,30 +447,20 @@ def wait(
         finish(client, wait_with_progress(client, found, timeout))
 
 
-def delete(
-    job: JobRef,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-) -> None:
+@on_one_job
+def delete(client: JobClient, namespace: str, job: Obj) -> None:
     """Delete a job and its pods."""
-    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-        client.delete(found["kind"], found["metadata"]["name"], ns)
-        console.print(f"deleted {named(found)}")
+    client.delete(job["kind"], job["metadata"]["name"], namespace)
+    console.print(f"deleted {named(job)}")
 
 
-def suspend(
-    job: JobRef,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-) -> None:
+@on_one_job
+def suspend(client: JobClient, namespace: str, job: Obj) -> None:
     """Suspend a running job: its pods are deleted, checkpoints stay."""
-    with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-        if kinds.is_finished(found):
-            fail(f"{named(found)} already finished ({kinds.state(found)})", EXIT_USAGE)
-        client.set_suspended(found["kind"], found["metadata"]["name"], ns, True)
-        console.print(f"suspended {named(found)}")
+    if kinds.is_finished(job):
+        fail(f"{named(job)} already finished ({kinds.state(job)})", EXIT_USAGE)
+    client.set_suspended(job["kind"], job["metadata"]["name"], namespace, True)
+    console.print(f"suspended {named(job)}")
 
 
 def resume(

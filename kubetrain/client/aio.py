@@ -539,6 +539,18 @@ class AsyncJobClient:
         live = [p for p in listed.items if not p.metadata.deletion_timestamp] or listed.items
         return live[0] if live else None
 
+    def _log_stream(
+        self, job: Obj, pod: client.V1Pod, container: str | None, **query: Any
+    ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """The log of ``container`` (by default the job's training container) of one of ``job``'s pods."""
+        return _log_stream(
+            self.core,
+            pod.metadata.name,
+            job["metadata"]["namespace"],
+            container=container or kinds.default_container(job),
+            **query,
+        )
+
     async def logs(
         self,
         job: Obj,
@@ -557,14 +569,9 @@ class AsyncJobClient:
                 if quiet:
                     return ""
                 raise JobNotFoundError(f"no pod for {role or 'rank 0'} {index} of {job['metadata']['name']}")
-            return await pod_log(
-                self.core,
-                pod.metadata.name,
-                job["metadata"]["namespace"],
-                container=container or kinds.default_container(job),
-                tail_lines=tail,
-                previous=previous,
-            )
+            async with self._log_stream(job, pod, container, tail_lines=tail, previous=previous) as response:
+                body: bytes = await response.read()
+            return body.decode(errors="replace")
         except ApiException:
             if quiet:
                 return ""
@@ -589,13 +596,7 @@ class AsyncJobClient:
             skip = seen_pods.get(key, 0)
             count = 0
             with contextlib.suppress(ApiException, aiohttp.ClientError, asyncio.TimeoutError):
-                async with _log_stream(
-                    self.core,
-                    pod.metadata.name,
-                    job["metadata"]["namespace"],
-                    container=container or kinds.default_container(job),
-                    follow=True,
-                ) as response:
+                async with self._log_stream(job, pod, container, follow=True) as response:
                     async for raw in response.content:
                         count += 1
                         if count > skip:
