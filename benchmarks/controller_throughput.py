@@ -63,6 +63,10 @@ from kubetrain.kube.resources import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: tests.support has the controller's command line
+
+from tests.support import controller_command  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results"
 RUN_FOR = "3s"
 THREADS = 8  # reconcile workers of every operator
@@ -242,13 +246,7 @@ class Operator:
 
 def kubetrain_operator(qps: float, burst: int) -> Operator:
     def argv(namespace: str, port: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "kubetrain",
-            "controller",
-            "run",
-            "--namespace",
+        return controller_command(
             namespace,
             "--workers",
             str(THREADS),
@@ -256,11 +254,8 @@ def kubetrain_operator(qps: float, burst: int) -> Operator:
             str(qps),
             "--kube-api-burst",
             str(burst),
-            "--metrics-bind-address",
-            f"127.0.0.1:{port}",
-            "--health-probe-bind-address",
-            "0",
-        ]
+            metrics_address=f"127.0.0.1:{port}",
+        )
 
     budget = f"qps {qps:g}, burst {burst}" if qps > 0 else "unlimited"
     return Operator(

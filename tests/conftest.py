@@ -13,12 +13,13 @@ Tests are marked by the directory they live in (unit/, integration/, e2e/), so
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,12 @@ from kubernetes_asyncio import client, config
 
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
-from tests.docs_commands import documented, run_documented, shell_env
+from tests.docs_commands import documented, run_documented, run_documented_async, shell_env
 from tests.support import ControllerHandle, Jobs, start_controller_process, wait_controller_started
 
 REPO = Path(__file__).resolve().parent.parent
+# What the walkthrough fixture gives: (doc, *command prefixes) -> the finished shell
+Walkthrough = Callable[..., Awaitable[subprocess.CompletedProcess[str]]]
 
 
 def _installed(module: str) -> bool:
@@ -150,6 +153,17 @@ def shell(kubeconfig: Path, namespace: str, tmp_path: Path) -> dict[str, str]:
     return shell_env(kubeconfig, namespace, tmp_path)
 
 
+@pytest.fixture
+def walkthrough(controller: ControllerHandle, shell: dict[str, str]) -> Walkthrough:
+    """Runs a doc's commands as written, in a user's shell on the test's namespace; the cluster, the
+    CRDs and the controller the doc has the user set up first are the fixtures'."""
+
+    async def run(doc: str, *prefixes: str) -> subprocess.CompletedProcess[str]:
+        return await run_documented_async(doc, *prefixes, env=shell, timeout=600)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def crds(kubectl: Kubectl, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Install deploy/crds as the docs say (server-side apply: the CRDs are too big for client-side)."""
@@ -178,17 +192,15 @@ def jobs(custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str
 async def start_controller(kubeconfig: Path, namespace: str, crds: None) -> AsyncIterator[Any]:
     """Start an in-process controller scoped to the test's namespace (options as keyword arguments;
     ``via``: another kubeconfig to talk through, such as the fault proxy's)."""
-    handles: list[ControllerHandle] = []
+    async with contextlib.AsyncExitStack() as started:
 
-    async def start(via: Path | None = None, **overrides: Any) -> ControllerHandle:
-        handle = ControllerHandle(via or kubeconfig, namespace=namespace, **overrides)
-        await handle.start()
-        handles.append(handle)
-        return handle
+        async def start(via: Path | None = None, **overrides: Any) -> ControllerHandle:
+            handle = ControllerHandle(via or kubeconfig, namespace=namespace, **overrides)
+            await handle.start()
+            started.push_async_callback(handle.stop)
+            return handle
 
-    yield start
-    for handle in handles:
-        await handle.stop()
+        yield start
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers shared by the integration and e2e tests: run the controller, submit jobs, wait for things."""
+"""Helpers shared by the tests (and the benchmarks): run the controller, build and submit jobs, wait for
+things, a clock that moves only when told."""
 
 from __future__ import annotations
 
@@ -49,6 +50,25 @@ def running_cluster_with(state_dir: str, option: str) -> DevCluster | None:
     return cluster if state is not None and state.options.get(option) else None
 
 
+def controller_command(namespace: str, *args: str, metrics_address: str = "0") -> list[str]:
+    """The ``kubetrain controller run`` command line for one namespace (no health probe; metrics only
+    where ``metrics_address`` says), with this interpreter."""
+    return [
+        sys.executable,
+        "-m",
+        "kubetrain",
+        "controller",
+        "run",
+        "--namespace",
+        namespace,
+        "--metrics-bind-address",
+        metrics_address,
+        "--health-probe-bind-address",
+        "0",
+        *args,
+    ]
+
+
 def start_controller_process(
     kubeconfig: Path, namespace: str, log: Path, *args: str, pod_name: str = ""
 ) -> subprocess.Popen[bytes]:
@@ -56,20 +76,7 @@ def start_controller_process(
     ``log``), for tests that kill it, freeze it, or block their own thread."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubetrain",
-                "controller",
-                "run",
-                "--namespace",
-                namespace,
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-                *args,
-            ],
+            controller_command(namespace, *args),
             env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": pod_name},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -106,6 +113,20 @@ class ControllerHandle:
             await self.manager.stop()
             await self.manager.kube.close()
             self.manager = None
+
+
+class FakeClock:
+    """Monotonic time for unit tests: it moves only when the test sets ``now`` or someone sleeps."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
 
 
 def metric(name: str, **labels: str) -> float:
@@ -167,6 +188,20 @@ class Jobs:
             return None
 
         return await eventually(probe, timeout=timeout, what=f"{kind} {name} to have {ctype}={status}")
+
+    async def run_to_ttl_deletion(
+        self, name: str, *, runs: str, ttl_seconds: int, timeout: float = 30
+    ) -> None:
+        """Submit a PyTorchJob of a Master and a Worker whose pods succeed after ``runs``; wait (up to
+        ``timeout`` for each) until it has succeeded and until its TTL of ``ttl_seconds`` has deleted it."""
+        run_policy = {"ttlSecondsAfterFinished": ttl_seconds}
+        await self.create(pytorchjob(name, workers=1, pod_annotations=runs_for(runs), run_policy=run_policy))
+        await self.wait_condition(name, "Succeeded", timeout=timeout)
+
+        async def deleted() -> bool:
+            return await self.get(name) is None
+
+        await eventually(deleted, timeout=timeout, what=f"the TTL to delete PyTorchJob {name}")
 
     async def pods(self, job: str | None = None) -> list[client.V1Pod]:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
@@ -240,13 +275,15 @@ def pytorchjob(
     master: bool = True,
     restart_policy: str = "OnFailure",
     annotations: dict[str, str] | None = None,
+    pod_annotations: dict[str, str] | None = None,
     master_annotations: dict[str, str] | None = None,
     worker_annotations: dict[str, str] | None = None,
     gpus: int = 0,
     run_policy: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A PyTorchJob whose simulated pods behave as the annotations say."""
+    """A PyTorchJob whose simulated pods behave as the annotations say: ``pod_annotations`` those of
+    every replica, ``master_annotations`` and ``worker_annotations`` those of one replica type."""
 
     def replica(count: int, pod_annotations: dict[str, str] | None) -> dict[str, Any]:
         container: dict[str, Any] = {
@@ -267,9 +304,9 @@ def pytorchjob(
 
     replicas: dict[str, Any] = {}
     if master:
-        replicas["Master"] = replica(1, master_annotations)
+        replicas["Master"] = replica(1, master_annotations or pod_annotations)
     if workers:
-        replicas["Worker"] = replica(workers, worker_annotations)
+        replicas["Worker"] = replica(workers, worker_annotations or pod_annotations)
     job_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, **spec}
     if run_policy:
         job_spec["runPolicy"] = run_policy
@@ -382,6 +419,13 @@ def trainjob(
         "metadata": {"name": name, "annotations": dict(annotations or {})},
         "spec": {"runtimeRef": {"name": runtime, "kind": kind}, **spec},
     }
+
+
+def runtime_patch(pod_template: dict[str, Any], *, manager: str = "example.com/platform") -> dict[str, Any]:
+    """A TrainJob ``runtimePatches`` entry of ``manager`` that merges ``pod_template`` (metadata and
+    spec) into the pods of the runtime's replicated job ``node``."""
+    node = {"name": "node", "template": {"spec": {"template": pod_template}}}
+    return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}}}
 
 
 def _per_node(resource: str, count: float) -> dict[str, Any]:

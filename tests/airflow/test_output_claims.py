@@ -142,50 +142,41 @@ async def claims(core: client.CoreV1Api, namespace: str) -> dict[str, bool]:
     }
 
 
+@pytest.mark.parametrize(
+    ("on_finish_action", "ttl", "deleter", "fix"),
+    [
+        ("delete", None, "on_finish_action='delete'", "set on_finish_action='keep'"),
+        ("keep", "600", "kubetrain.dev/ttl-seconds-after-finished: 600", "remove the TTL"),
+    ],
+    ids=["delete-on-finish", "ttl"],
+)
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
-async def test_a_delete_on_finish_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
+async def test_a_deletion_that_would_delete_the_checkpoints_is_refused_before_submitting(
+    namespace: str,
+    custom: client.CustomObjectsApi,
+    jobs: Jobs,
+    on_finish_action: str,
+    ttl: str | None,
+    deleter: str,
+    fix: str,
 ) -> None:
-    runtime = claims_runtime("deletes-output", output_retained=False)
-    await jobs.create(runtime)
-    job = trainjob(
-        "tune", "deletes-output", annotations={"kubetrain.dev/checkpoint-dir": "/workspace/output"}
-    )
-    op = TrainJobOperator(
-        task_id="tune", namespace=namespace, job=job, on_finish_action="delete", get_logs=False
-    )
-    assert await refusal(op, custom, namespace) == (
-        "on_finish_action='delete' would delete TrainJob tune and with it the claim output-tune, which holds "
-        "/workspace/output: the runtime's volumeClaimPolicies delete that claim with the TrainJob "
-        "(retentionPolicy.whenDeleted: Delete). Run on a runtime that retains it (whenDeleted: Retain, as the "
-        "shipped torchtune runtimes do for their output claim), or set on_finish_action='keep'; nothing was "
-        "submitted"
-    )
-
-
-@pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")
-async def test_a_ttl_that_would_delete_the_checkpoints_is_refused_before_submitting(
-    namespace: str, custom: client.CustomObjectsApi, jobs: Jobs
-) -> None:
-    runtime = claims_runtime("deletes-output", output_retained=False)
-    await jobs.create(runtime)
-    annotations = {
-        "kubetrain.dev/checkpoint-dir": "/workspace/output",
-        "kubetrain.dev/ttl-seconds-after-finished": "600",
-    }
+    await jobs.create(claims_runtime("deletes-output", output_retained=False))
+    annotations = {"kubetrain.dev/checkpoint-dir": "/workspace/output"}
+    if ttl is not None:
+        annotations["kubetrain.dev/ttl-seconds-after-finished"] = ttl
     op = TrainJobOperator(
         task_id="tune",
         namespace=namespace,
         job=trainjob("tune", "deletes-output", annotations=annotations),
-        on_finish_action="keep",
+        on_finish_action=on_finish_action,
         get_logs=False,
     )
-    message = await refusal(op, custom, namespace)
-    assert message.startswith(
-        "kubetrain.dev/ttl-seconds-after-finished: 600 would delete TrainJob tune and with it the claim "
-        "output-tune, which holds /workspace/output"
+    assert await refusal(op, custom, namespace) == (
+        f"{deleter} would delete TrainJob tune and with it the claim output-tune, which holds "
+        "/workspace/output: the runtime's volumeClaimPolicies delete that claim with the TrainJob "
+        "(retentionPolicy.whenDeleted: Delete). Run on a runtime that retains it (whenDeleted: Retain, as the "
+        f"shipped torchtune runtimes do for their output claim), or {fix}; nothing was submitted"
     )
-    assert message.endswith("or remove the TTL; nothing was submitted")
 
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "controller_process")

@@ -9,6 +9,7 @@ checkpoints in the same directory. No cluster is needed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,7 +18,11 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager
 from tests.conftest import REPO
@@ -134,123 +139,126 @@ class Trainer:
             self.proc.wait()
 
 
+@pytest.fixture
+def start_trainer() -> Iterator[Callable[..., Trainer]]:
+    """Starts a Trainer (its arguments), killed after the test if it still runs, whatever happened."""
+    with contextlib.ExitStack() as started:
+
+        def start(directory: Path, **options: Any) -> Trainer:
+            trainer = Trainer(directory, **options)
+            started.callback(trainer.kill)
+            return trainer
+
+        yield start
+
+
 def weights(directory: Path) -> list[tuple[int, int, int]]:
     """``(step, attempt, weight)`` of every checkpoint, as a reader (rank 1: no fence) sees them."""
     reader = CheckpointManager(directory, rank=1)
     return [(c.step, c.attempt, json.loads(reader.load(c))["weight"]) for c in reader.checkpoints()]
 
 
-def test_an_attempt_that_outlives_its_job_is_fenced_off_by_the_next(tmp_path: Path) -> None:
+def test_an_attempt_that_outlives_its_job_is_fenced_off_by_the_next(
+    tmp_path: Path, start_trainer: Callable[..., Trainer]
+) -> None:
     directory = tmp_path / "ckpt"
-    first = Trainer(directory, attempt=1, steps=1000, paced=True)
-    second: Trainer | None = None
-    try:
-        first.steps(3)
-        first.expect("saved", 3)
-        second = Trainer(directory, attempt=2, steps=5, paced=True)
-        assert second.expect("resumed") == 3
-        second.steps(2)
-        second.expect("saved", 5)
+    first = start_trainer(directory, attempt=1, steps=1000, paced=True)
+    first.steps(3)
+    first.expect("saved", 3)
+    second = start_trainer(directory, attempt=2, steps=5, paced=True)
+    assert second.expect("resumed") == 3
+    second.steps(2)
+    second.expect("saved", 5)
 
-        first.steps(1)  # attempt 1 goes on training and tries to save step 4
-        assert first.wait() == EXIT_FENCED
-        message = first.stderr()
-        assert "attempt 1 is fenced off" in message and "attempt 2 has started" in message, message
-        report = first.report()
-        assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
+    first.steps(1)  # attempt 1 goes on training and tries to save step 4
+    assert first.wait() == EXIT_FENCED
+    message = first.stderr()
+    assert "attempt 1 is fenced off" in message and "attempt 2 has started" in message, message
+    report = first.report()
+    assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
 
-        second.steps(3)
-        second.expect("saved", 8)
-        assert second.wait() == 0, second.stderr()
-        assert weights(directory) == [(6, 2, 6), (7, 2, 7), (8, 2, 8)]
-        assert second.report()["status"] == "completed"
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+    second.steps(3)
+    second.expect("saved", 8)
+    assert second.wait() == 0, second.stderr()
+    assert weights(directory) == [(6, 2, 6), (7, 2, 7), (8, 2, 8)]
+    assert second.report()["status"] == "completed"
 
 
-def test_a_pipeline_step_continues_a_retried_step_in_the_same_directory(tmp_path: Path) -> None:
+def test_a_pipeline_step_continues_a_retried_step_in_the_same_directory(
+    tmp_path: Path, start_trainer: Callable[..., Trainer]
+) -> None:
     # docs/kfp.md's pipeline: a PyTorchJob trains into the claim and was retried once; a TrainJob (a
     # lineage of its own, at attempt 1) continues from its last checkpoint in the same directory.
     directory = tmp_path / "ckpt"
     first, continuation = "digits-pytorchjob-5f3a1c2e", "digits-trainjob-5f3a1c2e"
-    trainers = [first_try := Trainer(directory, attempt=1, steps=1000, paced=True, lineage=first)]
-    try:
-        first_try.steps(3)
-        first_try.expect("saved", 3)
-        trainers.append(retry := Trainer(directory, attempt=2, steps=2, paced=False, lineage=first))
-        assert retry.expect("resumed") == 3
-        assert retry.wait() == 0, retry.stderr()  # saved steps 4 and 5, attempt 2
+    first_try = start_trainer(directory, attempt=1, steps=1000, paced=True, lineage=first)
+    first_try.steps(3)
+    first_try.expect("saved", 3)
+    retry = start_trainer(directory, attempt=2, steps=2, paced=False, lineage=first)
+    assert retry.expect("resumed") == 3
+    assert retry.wait() == 0, retry.stderr()  # saved steps 4 and 5, attempt 2
 
-        trainers.append(cont := Trainer(directory, attempt=1, steps=1000, paced=True, lineage=continuation))
-        assert cont.expect("resumed") == 5, "not fenced off, and resumed from the first job's last step"
-        cont.steps(2)
-        cont.expect("saved", 7)
-        # Its step 7 (attempt 1) wins over the first job's step 5 (attempt 2): a retry resumes from it.
-        trainers.append(
-            cont_retry := Trainer(directory, attempt=2, steps=3, paced=False, lineage=continuation)
-        )
-        assert cont_retry.expect("resumed") == 7
-        assert cont_retry.wait() == 0, cont_retry.stderr()
+    cont = start_trainer(directory, attempt=1, steps=1000, paced=True, lineage=continuation)
+    assert cont.expect("resumed") == 5, "not fenced off, and resumed from the first job's last step"
+    cont.steps(2)
+    cont.expect("saved", 7)
+    # Its step 7 (attempt 1) wins over the first job's step 5 (attempt 2): a retry resumes from it.
+    cont_retry = start_trainer(directory, attempt=2, steps=3, paced=False, lineage=continuation)
+    assert cont_retry.expect("resumed") == 7
+    assert cont_retry.wait() == 0, cont_retry.stderr()
 
-        for leftover, lineage in ((first_try, first), (cont, continuation)):
-            leftover.steps(1)  # still running, tries to save its next step
-            assert leftover.wait() == EXIT_FENCED, leftover.stderr()
-            message = leftover.stderr()
-            assert f"attempt 1 of lineage {lineage} is fenced off" in message, message
-            report = leftover.report()
-            assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
+    for leftover, lineage in ((first_try, first), (cont, continuation)):
+        leftover.steps(1)  # still running, tries to save its next step
+        assert leftover.wait() == EXIT_FENCED, leftover.stderr()
+        message = leftover.stderr()
+        assert f"attempt 1 of lineage {lineage} is fenced off" in message, message
+        report = leftover.report()
+        assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
 
-        # Each lineage kept its last 3, and the continuation's retention left the first job's alone.
-        # Weight equal to step: the continuation carried on the first job's state, never mixing.
-        reader = CheckpointManager(directory, rank=1)
-        assert [
-            (c.lineage, c.attempt, c.step, json.loads(reader.load(c))["weight"]) for c in reader.checkpoints()
-        ] == [
-            (first, 1, 3, 3),
-            (first, 2, 4, 4),
-            (first, 2, 5, 5),
-            (continuation, 2, 8, 8),
-            (continuation, 2, 9, 9),
-            (continuation, 2, 10, 10),
-        ]
-        assert sorted(os.listdir(directory / ".fence")) == [
-            f"attempt-1@{first}",
-            f"attempt-1@{continuation}",
-            f"attempt-2@{first}",
-            f"attempt-2@{continuation}",
-        ]
-        assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
-    finally:
-        for trainer in trainers:
-            trainer.kill()
+    # Each lineage kept its last 3, and the continuation's retention left the first job's alone.
+    # Weight equal to step: the continuation carried on the first job's state, never mixing.
+    reader = CheckpointManager(directory, rank=1)
+    assert [
+        (c.lineage, c.attempt, c.step, json.loads(reader.load(c))["weight"]) for c in reader.checkpoints()
+    ] == [
+        (first, 1, 3, 3),
+        (first, 2, 4, 4),
+        (first, 2, 5, 5),
+        (continuation, 2, 8, 8),
+        (continuation, 2, 9, 9),
+        (continuation, 2, 10, 10),
+    ]
+    assert sorted(os.listdir(directory / ".fence")) == [
+        f"attempt-1@{first}",
+        f"attempt-1@{continuation}",
+        f"attempt-2@{first}",
+        f"attempt-2@{continuation}",
+    ]
+    assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
 
 
-def test_racing_attempts_leave_the_newest_attempts_checkpoints_intact(tmp_path: Path) -> None:
+def test_racing_attempts_leave_the_newest_attempts_checkpoints_intact(
+    tmp_path: Path, start_trainer: Callable[..., Trainer]
+) -> None:
     # No pacing: attempt 1 saves as fast as it can, steps overlapping attempt 2's, until fenced.
     directory = tmp_path / "ckpt"
-    first = Trainer(directory, attempt=1, steps=1_000_000, paced=False)
-    second: Trainer | None = None
-    try:
-        first.expect("saved", 20)
-        second = Trainer(directory, attempt=2, steps=40, paced=False)
-        resumed = second.expect("resumed")
-        assert resumed >= 20
-        assert first.wait() == EXIT_FENCED, first.stderr()
-        assert second.wait() == 0, second.stderr()
-        last = resumed + 40
-        assert weights(directory) == [(step, 2, step) for step in range(last - 2, last + 1)]
-        latest = CheckpointManager(directory, rank=1).latest()
-        assert latest is not None and (latest.step, latest.attempt) == (last, 2)
-        assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+    first = start_trainer(directory, attempt=1, steps=1_000_000, paced=False)
+    first.expect("saved", 20)
+    second = start_trainer(directory, attempt=2, steps=40, paced=False)
+    resumed = second.expect("resumed")
+    assert resumed >= 20
+    assert first.wait() == EXIT_FENCED, first.stderr()
+    assert second.wait() == 0, second.stderr()
+    last = resumed + 40
+    assert weights(directory) == [(step, 2, step) for step in range(last - 2, last + 1)]
+    latest = CheckpointManager(directory, rank=1).latest()
+    assert latest is not None and (latest.step, latest.attempt) == (last, 2)
+    assert not [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
 
 
-def test_the_example_stops_every_rank_with_the_fenced_exit_code(tmp_path: Path) -> None:
+def test_the_example_stops_every_rank_with_the_fenced_exit_code(
+    tmp_path: Path, start_trainer: Callable[..., Trainer]
+) -> None:
     # examples/train_ddp.py, two DDP ranks on gloo: only rank 0 sees the fence, and both stop with
     # its exit code rather than rank 1 dying of a broken connection at its next collective.
     directory = tmp_path / "ckpt"
@@ -267,7 +275,7 @@ def test_the_example_stops_every_rank_with_the_fenced_exit_code(tmp_path: Path) 
             "CUDA_VISIBLE_DEVICES": "",
         }
         ranks.append(
-            Trainer(
+            start_trainer(
                 directory,
                 attempt=1,
                 steps=0,
@@ -277,14 +285,10 @@ def test_the_example_stops_every_rank_with_the_fenced_exit_code(tmp_path: Path) 
                 name=f"rank-{rank}",
             )
         )
-    try:
-        ranks[0].expect_line(r"\[rank 0\] checkpoint saved step=40")
-        CheckpointManager(directory, rank=0, attempt=2).start()  # attempt 2's rank 0 starts
-        assert [r.wait() for r in ranks] == [EXIT_FENCED, EXIT_FENCED]
-        ranks[1].expect_line(r"\[rank 1\] stopping: rank 0 was fenced off")
-        report = ranks[0].report()
-        assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
-        assert "attempt 1 is fenced off" in ranks[0].stderr()
-    finally:
-        for trainer in ranks:
-            trainer.kill()
+    ranks[0].expect_line(r"\[rank 0\] checkpoint saved step=40")
+    CheckpointManager(directory, rank=0, attempt=2).start()  # attempt 2's rank 0 starts
+    assert [r.wait() for r in ranks] == [EXIT_FENCED, EXIT_FENCED]
+    ranks[1].expect_line(r"\[rank 1\] stopping: rank 0 was fenced off")
+    report = ranks[0].report()
+    assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
+    assert "attempt 1 is fenced off" in ranks[0].stderr()

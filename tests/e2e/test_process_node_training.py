@@ -19,8 +19,7 @@ from kubernetes_asyncio import client
 
 from kubetrain import checkpoint, naming
 from kubetrain.client.aio import pod_log
-from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented_async
+from tests.conftest import REPO, Kubectl, Walkthrough
 from tests.support import Jobs, eventually
 
 STEPS_LINE = re.compile(r"\[rank (\d+)\] training step=(\d+)")
@@ -112,21 +111,13 @@ async def logs(core: client.CoreV1Api, namespace: str, pod: str, *, previous: bo
 
 
 async def test_the_walkthrough_trains_a_master_and_two_workers_to_success(
-    controller: Any,
-    jobs: Jobs,
-    core: client.CoreV1Api,
-    namespace: str,
-    kubectl: Kubectl,
-    shell: dict[str, str],
+    walkthrough: Walkthrough, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:
-    # docs/process-node.md as written; the cluster, the CRDs and the controller are the fixtures'.
-    done = await run_documented_async(
+    done = await walkthrough(
         "docs/process-node.md",
         "kubectl apply -f examples/pytorchjob-digits.yaml",
         "kubectl wait --for=condition=Succeeded pytorchjob/digits",
         "kubectl logs -f digits-worker-1",
-        env=shell,
-        timeout=600,
     )
     assert "[rank 2] training step=200" in done.stdout, done.stdout[-500:]
     job = await jobs.get("digits")

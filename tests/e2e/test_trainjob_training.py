@@ -10,8 +10,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.conftest import REPO, Kubectl
-from tests.docs_commands import run_documented_async
+from tests.conftest import REPO, Kubectl, Walkthrough
 from tests.e2e.test_process_node_training import claim_dir, logs, make_claim
 from tests.support import Jobs, eventually
 
@@ -76,22 +75,14 @@ async def _pod(jobs: Jobs, name: str, rank: int) -> str:
 
 
 async def test_the_walkthrough_trains_two_nodes_through_torchrun_to_complete(
-    controller: Any,
-    jobs: Jobs,
-    core: client.CoreV1Api,
-    namespace: str,
-    kubectl: Kubectl,
-    shell: dict[str, str],
+    walkthrough: Walkthrough, jobs: Jobs, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:
-    # docs/trainjob.md as written; the cluster, the CRDs and the controller are the fixtures'.
-    done = await run_documented_async(
+    done = await walkthrough(
         "docs/trainjob.md",
         "kubectl apply -f examples/trainjob-runtime-local.yaml -f examples/trainjob-digits.yaml",
         "kubectl get clustertrainingruntimes",
         "kubectl wait --for=condition=Complete trainjob/digits",
         "kubectl logs -l jobset.sigs.k8s.io/jobset-name=digits",
-        env=shell,
-        timeout=600,
     )
     assert "torch-distributed-local" in done.stdout
     assert "[rank 0] training step=200" in done.stdout, done.stdout[-800:]

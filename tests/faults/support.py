@@ -397,6 +397,14 @@ def _no_live_pods(job: dict[str, Any] | None, history: PodHistory, name: str) ->
 OK = runs_for("3s")
 
 
+def _master_and_worker(
+    master: dict[str, str], worker: dict[str, str], **options: Any
+) -> Callable[[str], dict[str, Any]]:
+    """How to make a PyTorchJob of one Master and one Worker whose pods behave as their annotations say
+    (``options``: v1job's)."""
+    return lambda name: v1job("PyTorchJob", name, {"Master": (1, master), "Worker": (1, worker)}, **options)
+
+
 def mix() -> list[Scenario]:
     """The jobs of the crash storm: every kind, every way to end."""
     return [
@@ -438,9 +446,7 @@ def mix() -> list[Scenario]:
         Scenario(
             "inplace",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob", n, {"Master": (1, HANG), "Worker": (1, HANG)}, run_policy={"backoffLimit": 5}
-            ),
+            _master_and_worker(HANG, HANG, run_policy={"backoffLimit": 5}),
             Outcome("Succeeded", "PyTorchJobSucceeded"),
             _all(_restart_count(2), _created({})),
             act=_act_as_kubelet_restarting_the_worker,
@@ -448,24 +454,15 @@ def mix() -> list[Scenario]:
         Scenario(
             "never",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob",
-                n,
-                {"Master": (1, HANG), "Worker": (1, fails(2, after="2s"))},
-                restart_policy="Never",
-            ),
+            _master_and_worker(HANG, fails(2, after="2s"), restart_policy="Never"),
             Outcome("Failed", "PyTorchJobFailed"),
             _all(_no_live_pods, _created({})),
         ),
         Scenario(
             "backoff",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob",
-                n,
-                {"Master": (1, HANG), "Worker": (1, fails(137, after="1s"))},
-                restart_policy="ExitCode",
-                run_policy={"backoffLimit": 2},
+            _master_and_worker(
+                HANG, fails(137, after="1s"), restart_policy="ExitCode", run_policy={"backoffLimit": 2}
             ),
             Outcome("Failed", "BackoffLimitExceeded"),
             _all(_restart_count(3), _created({"worker": 3}), _no_live_pods),
@@ -473,33 +470,21 @@ def mix() -> list[Scenario]:
         Scenario(
             "deadline",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob",
-                n,
-                {"Master": (1, HANG), "Worker": (1, HANG)},
-                run_policy={"activeDeadlineSeconds": 8},
-            ),
+            _master_and_worker(HANG, HANG, run_policy={"activeDeadlineSeconds": 8}),
             Outcome("Failed", "DeadlineExceeded"),
             _all(_no_live_pods, _created({})),
         ),
         Scenario(
             "ttl",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob",
-                n,
-                {"Master": (1, OK), "Worker": (1, OK)},
-                run_policy={"ttlSecondsAfterFinished": 3},
-            ),
+            _master_and_worker(OK, OK, run_policy={"ttlSecondsAfterFinished": 3}),
             Outcome(None),
             _created({}),
         ),
         Scenario(
             "suspend",
             "PyTorchJob",
-            lambda n: v1job(
-                "PyTorchJob", n, {"Master": (1, OK), "Worker": (1, OK)}, run_policy={"suspend": True}
-            ),
+            _master_and_worker(OK, OK, run_policy={"suspend": True}),
             Outcome("Succeeded", "PyTorchJobSucceeded"),
             _created({}),
             act=_unsuspend_later,

@@ -56,8 +56,7 @@ async def test_a_conflict_on_the_terminal_status_write_never_recreates_the_pods(
         pytorchjob(
             "done",
             workers=2,
-            master_annotations=runs_for("2s"),
-            worker_annotations=runs_for("2s"),
+            pod_annotations=runs_for("2s"),
             run_policy={"cleanPodPolicy": "All"},
         )
     )
@@ -91,8 +90,7 @@ async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restar
             "flaky",
             workers=1,
             restart_policy="ExitCode",
-            master_annotations=HANG,
-            worker_annotations=HANG,
+            pod_annotations=HANG,
             run_policy={"backoffLimit": 1},
         )
     )
@@ -165,7 +163,7 @@ async def test_pods_the_api_server_refuses_cost_one_request_per_pass(
         )
     )
     await proxied_controller()
-    await jobs.create(pytorchjob("wide", workers=30, master_annotations=HANG, worker_annotations=HANG))
+    await jobs.create(pytorchjob("wide", workers=30, pod_annotations=HANG))
     await jobs.wait_event("wide", "FailedCreatePod")
     await asyncio.sleep(5)
     fault_proxy.remove(quota)

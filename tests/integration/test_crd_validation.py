@@ -99,6 +99,17 @@ def _pytorchjob(name: str = "mnist", **edits: Any) -> dict[str, Any]:
     return job
 
 
+def _v1_job(framework: Framework, counts: dict[str, int], name: str = "job") -> dict[str, Any]:
+    """A job of ``framework``'s kind with so many replicas of each type (as ``counts`` lists them)."""
+    replica = {"template": {"spec": {"containers": [_container(framework.api.default_container)]}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": framework.api.kind,
+        "metadata": {"name": name},
+        "spec": {framework.api.replica_field: {t: {**replica, "replicas": n} for t, n in counts.items()}},
+    }
+
+
 async def test_a_valid_pytorchjob_is_accepted(custom: client.CustomObjectsApi, namespace: str) -> None:
     assert await _create(custom, namespace, _pytorchjob()) == ""
 
@@ -168,13 +179,7 @@ async def test_the_scheduling_queue_is_immutable(custom: client.CustomObjectsApi
 async def test_a_tfjob_with_chief_and_master_is_rejected(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    replica = {"replicas": 1, "template": {"spec": {"containers": [_container("tensorflow")]}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": "tf"},
-        "spec": {"tfReplicaSpecs": {"Chief": replica, "Master": replica}},
-    }
+    job = _v1_job(FRAMEWORKS["tfjob"], {"Chief": 1, "Master": 1}, "tf")
     assert "must not have more than 1 Chief or Master role" in await _create(custom, namespace, job)
 
 
@@ -261,16 +266,6 @@ async def test_kubectl_get_kubeflow_lists_every_job_kind(
 
 
 # -- replica counts the controller's success rule cannot live with ---------------------------------------
-
-
-def _v1_job(framework: Framework, counts: dict[str, int], name: str = "job") -> dict[str, Any]:
-    replica = {"template": {"spec": {"containers": [_container(framework.api.default_container)]}}}
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": framework.api.kind,
-        "metadata": {"name": name},
-        "spec": {framework.api.replica_field: {t: {**replica, "replicas": n} for t, n in counts.items()}},
-    }
 
 
 def _cannot_end_well(framework: Framework, counts: dict[str, int]) -> bool:
@@ -364,13 +359,8 @@ async def test_the_replica_count_bounds_the_name_through_the_index_digits(
 async def test_a_replica_type_with_no_replicas_has_no_service_to_fit(
     custom: client.CustomObjectsApi, namespace: str
 ) -> None:
-    replica = {"replicas": 0, "template": {"spec": {"containers": [_container("tensorflow")]}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": "n" * 55},  # n...n-chief-0 fits; n...n-evaluator-0 would not
-        "spec": {"tfReplicaSpecs": {"Chief": {**replica, "replicas": 1}, "Evaluator": replica}},
-    }
+    # n...n-chief-0 fits; n...n-evaluator-0 would not
+    job = _v1_job(FRAMEWORKS["tfjob"], {"Chief": 1, "Evaluator": 0}, "n" * 55)
     assert await _create(custom, namespace, job, dry_run=True) == ""
     job["spec"]["tfReplicaSpecs"]["Evaluator"]["replicas"] = 1
     assert "use a name of at most 51 characters" in await _create(custom, namespace, job)

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import Jobs, eventually, pytorchjob, runs_for, training_runtime, trainjob
+from tests.support import Jobs, runs_for, training_runtime, trainjob
 
 
 @pytest.fixture(scope="module")
@@ -194,17 +194,9 @@ async def test_the_controller_runs_with_only_its_own_rbac(
     stop = asyncio.Event()
     task = asyncio.create_task(run(options, stop=stop))
     try:
-        await jobs.create(
-            pytorchjob(
-                "rbac",
-                workers=1,
-                master_annotations=runs_for("2s"),
-                worker_annotations=runs_for("2s"),
-                run_policy={"ttlSecondsAfterFinished": 1},
-            )
-        )
-        await jobs.wait_condition("rbac", "Succeeded", timeout=60)
-        await eventually(lambda: _deleted(jobs), timeout=30, what="the TTL deletion (needs delete on jobs)")
+        await jobs.run_to_ttl_deletion(
+            "rbac", runs="2s", ttl_seconds=1, timeout=60
+        )  # the TTL needs delete on jobs
         # A TrainJob too: its pods, Service and runtime snapshot carry blockOwnerDeletion, which the dev
         # cluster's OwnerReferencesPermissionEnforcement checks against trainjobs/finalizers.
         await jobs.create(training_runtime("torch", pod_annotations=runs_for("1s")))
@@ -217,7 +209,3 @@ async def test_the_controller_runs_with_only_its_own_rbac(
         stop.set()
         await asyncio.wait_for(task, 30)
     assert not task.exception()
-
-
-async def _deleted(jobs: Jobs) -> bool:
-    return await jobs.get("rbac") is None

@@ -21,6 +21,7 @@ from kubernetes_asyncio import client, config, watch
 
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import Exchange, FaultProxy, Rule
+from kubetrain.devcluster.faultrules import Action
 from tests.docs_commands import REPO, documented, python_blocks
 from tests.support import Jobs, eventually, pytorchjob
 
@@ -42,17 +43,14 @@ async def through(
     proxy: FaultProxy, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Awaitable[client.ApiClient]]]:
     """Opens a Kubernetes client whose requests go through the proxy (as a named client, if given)."""
-    opened: list[client.ApiClient] = []
+    async with contextlib.AsyncExitStack() as opened:
 
-    async def open_client(name: str | None = None) -> client.ApiClient:
-        path = proxy.write_kubeconfig(tmp_path / f"proxied-{name}.kubeconfig", client=name)
-        api = await config.new_client_from_config(config_file=str(path))
-        opened.append(api)
-        return api
+        async def open_client(name: str | None = None) -> client.ApiClient:
+            path = proxy.write_kubeconfig(tmp_path / f"proxied-{name}.kubeconfig", client=name)
+            api = await config.new_client_from_config(config_file=str(path))
+            return await opened.enter_async_context(api)
 
-    yield open_client
-    for api in opened:
-        await api.close()
+        yield open_client
 
 
 @pytest.fixture
@@ -77,6 +75,16 @@ def in_flight(proxy: FaultProxy, fault: str) -> Callable[[], Awaitable[Exchange 
         return next((e for e in proxy.exchanges if e.fault == fault and e.finished is None), None)
 
     return probe
+
+
+async def create_unanswered(
+    proxy: FaultProxy, fault: Action, proxied_core: client.CoreV1Api, namespace: str, name: str
+) -> None:
+    """Create a ConfigMap through the proxy with ``fault`` on that POST (once): the client sees the
+    connection close without an answer."""
+    proxy.add(Rule(fault, method="POST", path=CONFIGMAPS, times=1))
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await proxied_core.create_namespaced_config_map(namespace, configmap(name))
 
 
 async def watch_started(proxy: FaultProxy) -> Exchange | None:
@@ -158,9 +166,7 @@ async def test_respond_answers_for_the_api_server_which_never_sees_the_request(
 async def test_drop_closes_the_connection_without_an_answer(
     proxy: FaultProxy, proxied_core: client.CoreV1Api, core: client.CoreV1Api, namespace: str
 ) -> None:
-    proxy.add(Rule(faultproxy.drop(), method="POST", path=CONFIGMAPS, times=1))
-    with pytest.raises(aiohttp.ServerDisconnectedError):
-        await proxied_core.create_namespaced_config_map(namespace, configmap("a"))
+    await create_unanswered(proxy, faultproxy.drop(), proxied_core, namespace, "a")
     assert not await exists(core, namespace, "a")
     assert [(e.method, e.status, e.fault) for e in proxy.exchanges] == [("POST", None, "drop")]
     # As the docs say: aiohttp sends a dropped GET once more, so one drop goes unnoticed.
@@ -223,9 +229,7 @@ async def test_cut_breaks_off_a_watch(
 async def test_lose_response_carries_out_the_write_but_the_client_never_learns(
     proxy: FaultProxy, proxied_core: client.CoreV1Api, core: client.CoreV1Api, namespace: str
 ) -> None:
-    proxy.add(Rule(faultproxy.lose_response(), method="POST", path=CONFIGMAPS, times=1))
-    with pytest.raises(aiohttp.ServerDisconnectedError):
-        await proxied_core.create_namespaced_config_map(namespace, configmap("a"))
+    await create_unanswered(proxy, faultproxy.lose_response(), proxied_core, namespace, "a")
     assert await exists(core, namespace, "a")
 
     proxy.add(Rule(faultproxy.lose_response(504), method="PATCH", times=1))

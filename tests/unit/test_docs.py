@@ -39,14 +39,15 @@ NOT_RUN_AS_WRITTEN = {
 
 
 def claims() -> set[tuple[str, str]]:
-    """(doc, prefix) of every ``documented(...)``/``run_documented(...)`` call in the tests."""
+    """(doc, prefix) of every ``documented(...)``/``run_documented(...)``/``walkthrough(...)`` call in
+    the tests."""
     found = set()
     for path in (REPO / "tests").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-            if name not in ("documented", "run_documented", "run_documented_async"):
+            if name not in ("documented", "run_documented", "run_documented_async", "walkthrough"):
                 continue
             literals = [
                 a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)

@@ -18,16 +18,9 @@ from kubetrain.client import kinds
 from kubetrain.controller.statusserver.tls import self_signed
 from kubetrain.progress import ProgressReporter, Report, Server, trainer_status
 from tests.docs_commands import python_blocks
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_payload_has_upstream_field_names_percent_eta_and_metrics_as_strings() -> None:
@@ -70,7 +63,7 @@ def test_percent_is_clamped_and_metrics_fit_the_crd_limits() -> None:
 
 
 def test_reports_every_step_become_one_send_per_interval_and_the_last_is_flushed() -> None:
-    clock, sent = Clock(), []
+    clock, sent = FakeClock(100.0), []
     reporter = ProgressReporter(sent.append, interval=5.0, clock=clock, rank=lambda: 0)
     reporter.report(1, total=100)
     assert reporter.delay(clock.now) == 0.0

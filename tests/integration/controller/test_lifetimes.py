@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import HANG, Jobs, condition, eventually, metric, pytorchjob, runs_for
+from tests.support import HANG, Jobs, condition, eventually, metric, pytorchjob
 
 
 async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any, jobs: Jobs) -> None:
@@ -16,8 +16,7 @@ async def test_a_deadline_fires_on_a_job_that_receives_no_events(controller: Any
         pytorchjob(
             "slow",
             workers=1,
-            master_annotations=HANG,
-            worker_annotations=HANG,
+            pod_annotations=HANG,
             run_policy={"activeDeadlineSeconds": 4, "cleanPodPolicy": "All"},
         )
     )
@@ -34,19 +33,5 @@ async def _no_pods(jobs: Jobs, name: str) -> bool:
 
 
 async def test_ttl_deletes_a_finished_job_on_time(controller: Any, jobs: Jobs, namespace: str) -> None:
-    await jobs.create(
-        pytorchjob(
-            "short-lived",
-            workers=1,
-            master_annotations=runs_for("1s"),
-            worker_annotations=runs_for("1s"),
-            run_policy={"ttlSecondsAfterFinished": 3},
-        )
-    )
-    await jobs.wait_condition("short-lived", "Succeeded")
-    await eventually(lambda: _gone(jobs, "short-lived"), timeout=20, what="the TTL to delete the job")
+    await jobs.run_to_ttl_deletion("short-lived", runs="1s", ttl_seconds=3, timeout=20)
     assert metric("training_operator_jobs_deleted_total", job_namespace=namespace, framework="pytorch") == 1
-
-
-async def _gone(jobs: Jobs, name: str) -> bool:
-    return await jobs.get(name) is None

@@ -9,7 +9,16 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from tests.conftest import Kubectl
-from tests.support import HANG, Jobs, eventually, fails, runs_for, training_runtime, trainjob
+from tests.support import (
+    HANG,
+    Jobs,
+    eventually,
+    fails,
+    runs_for,
+    runtime_patch,
+    training_runtime,
+    trainjob,
+)
 
 TJ = "TrainJob"
 
@@ -197,28 +206,12 @@ async def test_a_missing_runtime_is_reported_and_the_job_starts_once_it_exists(
 
 async def test_runtime_patches_reach_the_pods(controller: Any, jobs: Jobs) -> None:
     await jobs.create(training_runtime("torch", pod_annotations=HANG))
-    patch = {
-        "manager": "example.com/platform",
-        "trainingRuntimeSpec": {
-            "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "spec": {
-                                    "template": {
-                                        "metadata": {"labels": {"team": "vision"}},
-                                        "spec": {"serviceAccountName": "default", "priorityClassName": None},
-                                    }
-                                }
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    patch = runtime_patch(
+        {
+            "metadata": {"labels": {"team": "vision"}},
+            "spec": {"serviceAccountName": "default", "priorityClassName": None},
+        }
+    )
     await jobs.create(trainjob("patched", "torch", runtimePatches=[patch]))
     [pod] = await jobs.wait_trainjob_pods("patched", 1)
     assert pod.metadata.labels["team"] == "vision"

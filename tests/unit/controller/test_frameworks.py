@@ -39,20 +39,65 @@ def _env(info: JobInfo, rtype: str, index: int) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in info.framework.env(info, rtype, index)}
 
 
-def test_pytorch_worker_env_with_a_master() -> None:
-    info = _job("PyTorchJob", "pytorchReplicaSpecs", {"Master": 1, "Worker": 3}, "pytorch")
-    assert _env(info, "Worker", 1) == {
-        "PYTHONUNBUFFERED": "1",
-        "MASTER_PORT": "23456",
-        "PET_MASTER_PORT": "23456",
-        "MASTER_ADDR": "job-master-0",
-        "PET_MASTER_ADDR": "job-master-0",
-        "WORLD_SIZE": "4",
-        "RANK": "2",
-        "PET_NODE_RANK": "2",
-        "PET_NPROC_PER_NODE": "auto",
-        "PET_NNODES": "4",
-    }
+@pytest.mark.parametrize(
+    ("kind", "field", "replicas", "container", "expected"),
+    [
+        pytest.param(
+            "PyTorchJob",
+            "pytorchReplicaSpecs",
+            {"Master": 1, "Worker": 3},
+            "pytorch",
+            {
+                "PYTHONUNBUFFERED": "1",
+                "MASTER_PORT": "23456",
+                "PET_MASTER_PORT": "23456",
+                "MASTER_ADDR": "job-master-0",
+                "PET_MASTER_ADDR": "job-master-0",
+                "WORLD_SIZE": "4",
+                "RANK": "2",
+                "PET_NODE_RANK": "2",
+                "PET_NPROC_PER_NODE": "auto",
+                "PET_NNODES": "4",
+            },
+            id="pytorch-with-a-master",
+        ),
+        pytest.param(
+            "XGBoostJob",
+            "xgbReplicaSpecs",
+            {"Master": 1, "Worker": 2},
+            "xgboost",
+            {
+                "MASTER_PORT": "9999",
+                "MASTER_ADDR": "job-master-0",
+                "WORLD_SIZE": "3",
+                "RANK": "2",  # the master counts in ranks and addresses
+                "PYTHONUNBUFFERED": "1",
+                "WORKER_PORT": "9999",
+                "WORKER_ADDRS": "job-worker-0,job-worker-1",
+            },
+            id="xgboost",
+        ),
+        pytest.param(
+            "JAXJob",
+            "jaxReplicaSpecs",
+            {"Worker": 2},
+            "jax",
+            {
+                "PYTHONUNBUFFERED": "1",
+                "COORDINATOR_PORT": "6666",
+                "COORDINATOR_ADDRESS": "job-worker-0",
+                "NUM_PROCESSES": "2",
+                "PROCESS_ID": "1",
+            },
+            id="jax",
+        ),
+    ],
+)
+def test_the_second_workers_env_matches_upstream_in_order(
+    kind: str, field: str, replicas: dict[str, int], container: str, expected: dict[str, str]
+) -> None:
+    info = _job(kind, field, replicas, container)
+    assert info.framework.env(info, "Worker", 1) == [{"name": k, "value": v} for k, v in expected.items()]
 
 
 def test_pytorch_world_size_multiplies_an_integer_nproc_per_node() -> None:
@@ -137,19 +182,6 @@ def test_a_single_replica_tfjob_gets_no_tf_config() -> None:
     assert info.framework.env(info, "Worker", 0) == []
 
 
-def test_xgboost_env_counts_the_master_in_ranks_and_addresses() -> None:
-    info = _job("XGBoostJob", "xgbReplicaSpecs", {"Master": 1, "Worker": 2}, "xgboost")
-    assert _env(info, "Worker", 1) == {
-        "MASTER_PORT": "9999",
-        "MASTER_ADDR": "job-master-0",
-        "WORLD_SIZE": "3",
-        "RANK": "2",
-        "PYTHONUNBUFFERED": "1",
-        "WORKER_PORT": "9999",
-        "WORKER_ADDRS": "job-worker-0,job-worker-1",
-    }
-
-
 def test_paddle_collective_mode_points_everyone_at_worker_zero() -> None:
     info = _job("PaddleJob", "paddleReplicaSpecs", {"Worker": 2}, "paddle")
     first = {e["name"]: e for e in info.framework.env(info, "Worker", 0)}
@@ -157,17 +189,6 @@ def test_paddle_collective_mode_points_everyone_at_worker_zero() -> None:
     assert first["POD_IP_DUMMY"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert _env(info, "Worker", 1)["PADDLE_MASTER"] == "job-worker-0:36543"
     assert _env(info, "Worker", 1)["PADDLE_NNODES"] == "2"
-
-
-def test_jax_env_matches_upstream() -> None:
-    info = _job("JAXJob", "jaxReplicaSpecs", {"Worker": 2}, "jax")
-    assert info.framework.env(info, "Worker", 1) == [
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "COORDINATOR_PORT", "value": "6666"},
-        {"name": "COORDINATOR_ADDRESS", "value": "job-worker-0"},
-        {"name": "NUM_PROCESSES", "value": "2"},
-        {"name": "PROCESS_ID", "value": "1"},
-    ]
 
 
 def test_an_unknown_kind_is_named_in_the_error() -> None:

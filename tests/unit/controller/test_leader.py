@@ -33,6 +33,7 @@ from kubetrain.kube.leader import (
     observe,
     released,
 )
+from tests.support import FakeClock
 
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
 WALL = EPOCH + timedelta(hours=1)
@@ -118,20 +119,6 @@ def test_the_defaults_are_controller_runtimes_and_a_lease_call_fits_twice_in_the
 
 
 # -- the elector over an in-memory Lease -------------------------------------------------------------
-class FakeClock:
-    """Monotonic time that moves only when someone sleeps."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        await asyncio.sleep(0)
-
-
 class MemoryLease:
     """One Lease with the API server's optimistic concurrency; can fail, hang, or be raced."""
 

@@ -10,14 +10,7 @@ from kubetrain import quantity
 from kubetrain.kube.client import KubeClient, TokenBucket
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support import FakeClock
 
 
 def test_expectations_are_met_when_every_create_and_delete_is_observed() -> None:

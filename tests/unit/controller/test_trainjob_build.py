@@ -14,6 +14,7 @@ from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.trainer.build import build
 from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
+from tests.support import runtime_patch
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 
@@ -109,38 +110,17 @@ def test_resources_per_node_merge_key_by_key_over_the_runtime() -> None:
 
 
 def test_runtime_patches_merge_into_the_named_replicated_job() -> None:
-    patch = {
-        "manager": "example.com/platform",
-        "trainingRuntimeSpec": {
-            "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "spec": {
-                                    "template": {
-                                        "metadata": {"labels": {"team": "a"}},
-                                        "spec": {
-                                            "nodeSelector": {"accelerator": "h100"},
-                                            "tolerations": [{"key": "a", "operator": "Exists"}],
-                                            "containers": [
-                                                {
-                                                    "name": "node",
-                                                    "volumeMounts": [{"name": "d", "mountPath": "/d"}],
-                                                }
-                                            ],
-                                            "volumes": [{"name": "d", "emptyDir": {}}],
-                                        },
-                                    }
-                                }
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    patch = runtime_patch(
+        {
+            "metadata": {"labels": {"team": "a"}},
+            "spec": {
+                "nodeSelector": {"accelerator": "h100"},
+                "tolerations": [{"key": "a", "operator": "Exists"}],
+                "containers": [{"name": "node", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}],
+                "volumes": [{"name": "d", "emptyDir": {}}],
+            },
+        }
+    )
     info = build(trainjob({"runtimePatches": [patch]}), runtime("torch-distributed"))
     template = info.pod_sets[0].template
     assert template["metadata"]["labels"] == {"team": "a"}

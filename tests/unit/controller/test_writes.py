@@ -7,12 +7,14 @@ behaviour against the real API server under injected faults is in tests/faults.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
 from kubetrain.controller.reconcilers.v1decisions import cleanup_targets
 from kubetrain.controller.reconcilers.writes import (
+    FAILED_CREATE,
     INVALID_POD_TEMPLATE,
     NAME_CONFLICT,
     ChildRejectedError,
@@ -169,16 +171,6 @@ async def test_a_create_that_fails_outside_the_api_lowers_its_expectation() -> N
     assert expectations.satisfied("ns/j")
 
 
-async def test_a_name_held_by_another_job_is_a_conflict_that_names_the_holder() -> None:
-    kube = FakeKube({"p0": api_error(errors.APIConflictError, 409, "already exists")})
-    kube.objects["p0"] = owned_by("TFJob", "j", "tf-uid")
-    child_writer, _ = writer(kube)
-    with pytest.raises(ChildRejectedError) as raised:
-        await child_writer.create_all(JOB, PODS, bodies(1), track=True)
-    assert raised.value.reason == NAME_CONFLICT and raised.value.fail_after == 1
-    assert "Pod p0 already exists and belongs to TFJob j" in raised.value.message
-
-
 async def test_a_409_for_a_child_of_this_job_is_success_and_one_of_an_earlier_job_is_waited_for() -> None:
     kube = FakeKube({"p0": api_error(errors.APIConflictError, 409, "already exists")})
     kube.objects["p0"] = owned_by("PyTorchJob", "j", "job-uid")
@@ -189,23 +181,39 @@ async def test_a_409_for_a_child_of_this_job_is_success_and_one_of_an_earlier_jo
         await child_writer.create_all(JOB, PODS, bodies(1), track=True)
 
 
-async def test_a_pod_the_api_server_finds_invalid_is_rejected_with_its_message() -> None:
-    kube = FakeKube({"p0": api_error(errors.APIInvalidError, 422, "spec.containers[0].name: Invalid value")})
+INVALID = "spec.containers[0].name: Invalid value"
+OVER_QUOTA = 'pods "p0" is forbidden: exceeded quota'
+
+
+@pytest.mark.parametrize(
+    ("status", "server_says", "holder", "reason", "fail_after", "said"),
+    [
+        (409, "already exists", "TFJob", NAME_CONFLICT, 1, "Pod p0 already exists and belongs to TFJob j"),
+        (422, INVALID, None, INVALID_POD_TEMPLATE, 3, INVALID),
+        (403, OVER_QUOTA, None, FAILED_CREATE, None, OVER_QUOTA),
+    ],
+    ids=["a-name-held-by-another-job", "an-invalid-pod", "a-forbidden-pod"],
+)
+async def test_a_child_the_api_server_refuses_is_rejected_with_a_reason_a_limit_and_the_cause(
+    status: int, server_says: str, holder: str | None, reason: str, fail_after: int | None, said: str
+) -> None:
+    """A name another job holds fails the job at once, naming the holder; an invalid pod on the third
+    pass in a row, with the server's message; a forbidden one never (the job reports it, and retries)."""
+    body = json.dumps({"message": server_says, "reason": "x"}).encode()
+    kube = FakeKube({"p0": errors.for_status(status, body, method="POST", path="/api/v1/namespaces/ns/pods")})
+    if holder is not None:
+        kube.objects["p0"] = owned_by(holder, "j", "other-uid")
     child_writer, _ = writer(kube)
     with pytest.raises(ChildRejectedError) as raised:
         await child_writer.create_all(JOB, PODS, bodies(4), track=True)
-    assert raised.value.reason == INVALID_POD_TEMPLATE and raised.value.fail_after == 3
-    assert "spec.containers[0].name: Invalid value" in raised.value.message
+    assert (raised.value.reason, raised.value.fail_after) == (reason, fail_after)
+    assert said in raised.value.message
 
 
-async def test_a_forbidden_pod_is_a_refusal_the_job_reports_while_it_keeps_trying() -> None:
-    kube = FakeKube({"p0": api_error(errors.APIError, 403, 'pods "p0" is forbidden: exceeded quota')})
-    child_writer, _ = writer(kube)
-    with pytest.raises(ChildRejectedError) as raised:
-        await child_writer.create_all(JOB, PODS, bodies(2), track=True)
-    assert raised.value.fail_after is None and "exceeded quota" in raised.value.message
+def test_a_refusal_without_a_limit_never_fails_the_job() -> None:
     rejections = Rejections()
-    assert not any(rejections.fails_job("ns/j", raised.value) for _ in range(10))
+    forbidden = ChildRejectedError(FAILED_CREATE, "cannot create pod p0: exceeded quota", fail_after=None)
+    assert not any(rejections.fails_job("ns/j", forbidden) for _ in range(10))
 
 
 def test_an_invalid_child_fails_the_job_on_the_third_pass_in_a_row() -> None:
