@@ -95,6 +95,21 @@ def running_since(pods: Iterable[Obj]) -> dt.datetime | None:
     return latest if count else None
 
 
+def left_behind(pods: Iterable[Obj], status: Obj) -> list[Obj]:
+    """The pods a stall restart was to delete and did not (their delete failed): created before the
+    ``lastStallTime`` the restart wrote first. Their replacements are created after it (timestamps have
+    whole seconds, but a stalled pod is at least the stall timeout older than the stall)."""
+    restarted = parse_time(status.get("lastStallTime"))
+    if restarted is None:
+        return []
+    return [
+        pod
+        for pod in pods
+        if (created := parse_time(pod.get("metadata", {}).get("creationTimestamp"))) is not None
+        and created < restarted
+    ]
+
+
 def check(
     policy: StallPolicy, job: Obj, pods: Iterable[Obj], now: dt.datetime
 ) -> tuple[Stall | None, float | None]:

@@ -139,6 +139,9 @@ class Decision:
     create_services: list[Obj] = field(default_factory=list)
     create_pods: list[Obj] = field(default_factory=list)
     delete_pods: list[Obj] = field(default_factory=list)  # to restart, or out of range: after the status
+    # Deleted only once every delete above succeeded: the disrupted pods whose peers go with them. Each is
+    # why its peers are deleted, so while a peer's delete fails it stays, and the next pass sees it again.
+    delete_pods_last: list[Obj] = field(default_factory=list)
     delete_services: list[Obj] = field(default_factory=list)
     cleanup_pods: list[Obj] = field(default_factory=list)  # finished or suspended: what goes
     cleanup_services: list[Obj] = field(default_factory=list)
@@ -344,9 +347,11 @@ def _stall(d: Decision, obs: Observation) -> tuple[list[Obj], float | None]:
     and when to look again; finishes the job (reason ``Stalled``) once it stalled too often."""
     info, status, kind = d.info, d.status, d.info.framework.api.kind
     policy = stalls.StallPolicy.of(info.job)
-    if policy is None or obs.to_restart or obs.terminating or obs.disrupted:
-        return [], None
-    if len(obs.pods) < sum(r.replicas for r in info.replicas.values()):
+    left_behind = stalls.left_behind(obs.pods.values(), status) if policy else []
+    if left_behind:  # a stall restart whose delete failed: finish it, counted already
+        return left_behind, None
+    incomplete = len(obs.pods) < sum(r.replicas for r in info.replicas.values())
+    if policy is None or obs.to_restart or obs.terminating or obs.disrupted or incomplete:
         return [], None
     stall, wait = stalls.check(policy, {**info.job, "status": status}, obs.pods.values(), d.now)
     if stall is None:
@@ -509,12 +514,15 @@ def _peers_of_disrupted(obs: Observation, now: dt.datetime) -> list[Obj]:
 
 def _plan(d: Decision, obs: Observation, setup: Setup) -> None:
     info = d.info
+    peers = _peers_of_disrupted(obs, d.now)
+    evidence = {x.uid for x in obs.disrupted} if peers else set()
     d.delete_pods = [
         *(pod for _, pod in obs.to_restart),
-        *obs.to_recreate,
-        *_peers_of_disrupted(obs, d.now),
+        *(pod for pod in obs.to_recreate if pod["metadata"]["uid"] not in evidence),
+        *peers,
         *obs.out_of_range,
     ]
+    d.delete_pods_last = [pod for pod in obs.to_recreate if pod["metadata"]["uid"] in evidence]
     existing_services = {
         s["metadata"]["name"]: s for s in d.services if not s["metadata"].get("deletionTimestamp")
     }

@@ -177,14 +177,16 @@ class V1JobReconciler(JobReconciler):
             ctx.status = created
             await self.write_status(ctx)
         await self.writer.delete_all(ctx.job, PODS, d.delete_pods)
+        await self.writer.delete_all(ctx.job, PODS, d.delete_pods_last)
         await self.writer.delete_all(ctx.job, SERVICES, d.delete_services)
-        if d.create_pods or d.delete_pods:
+        deleted = len(d.delete_pods) + len(d.delete_pods_last)
+        if d.create_pods or deleted:
             log.info(
                 "job %s: created %d pods and %d services, deleted %d pods",
                 ctx.key,
                 len(d.create_pods),
                 len(d.create_services),
-                len(d.delete_pods),
+                deleted,
             )
         for warning in dict.fromkeys(d.info.warnings):
             self.recorder.event(ctx.job, WARNING, "PodTemplateOverridden", warning)

@@ -131,6 +131,45 @@ async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restar
     assert history.slot_creations("flaky")[("flaky", "worker", "0")] == 2
 
 
+async def test_a_failed_delete_of_a_disrupted_pods_peers_neither_counts_it_twice_nor_leaves_them(
+    fault_proxy: FaultProxy,
+    proxied_controller: StartController,
+    jobs: Jobs,
+    core: client.CoreV1Api,
+    namespace: str,
+    history: PodHistory,
+) -> None:
+    # The disruption is counted in the status first, then the running peers are deleted; every try of
+    # the first DELETE of the master fails (the client retries five times), so the pass ends there.
+    unavailable = fault_proxy.add(
+        Rule(faultproxy.respond(503), method="DELETE", path=r"/pods/evicted-master-0$", times=6)
+    )
+    await proxied_controller()
+    await jobs.create(pytorchjob("evicted", workers=1, pod_annotations=HANG, run_policy={"backoffLimit": 0}))
+    pods = await jobs.wait_pods("evicted", 2, phase="Running")
+    master, worker = sorted(pods, key=lambda p: "worker" in p.metadata.name)
+    # What the scheduler leaves on a pod it preempts.
+    disruption = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    await core.patch_namespaced_pod_status(
+        worker.metadata.name, namespace, {"status": {"phase": "Failed", "conditions": [disruption]}}
+    )
+
+    async def both_replaced() -> bool:
+        live = {p.metadata.name: p for p in await jobs.pods("evicted") if p.status.phase == "Running"}
+        old = {master.metadata.uid, worker.metadata.uid}
+        return len(live) == 2 and not old & {p.metadata.uid for p in live.values()}
+
+    await eventually(both_replaced, timeout=60, what="the disrupted worker and its master to be replaced")
+    assert unavailable.fired == 6
+    job = await jobs.get("evicted")
+    assert job is not None
+    assert job["status"]["disruptions"] == 1, "the disruption is counted once, however often it is seen"
+    assert job["status"].get("restartCount", 0) == 0
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"]["conditions"])
+    created = history.slot_creations("evicted")
+    assert created[("evicted", "master", "0")] == 2 and created[("evicted", "worker", "0")] == 2, created
+
+
 async def test_a_pytorchjob_and_a_tfjob_of_one_name_do_not_wait_for_each_others_pods(
     fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs
 ) -> None:

@@ -37,8 +37,9 @@ class Cluster:
         self.now = T0
         self.last: v1.Decision | None = None
 
-    def step(self, seconds: float = 1.0) -> v1.Decision:
-        """One pass, ``seconds`` after the last; its writes applied (new pods start Pending)."""
+    def step(self, seconds: float = 1.0, *, failing: frozenset[str] = frozenset()) -> v1.Decision:
+        """One pass, ``seconds`` after the last; its writes applied (new pods start Pending), except the
+        deletes of the pods named in ``failing``: as in the reconciler, the pass ends with those."""
         self.now += dt.timedelta(seconds=seconds)
         d = v1.decide(
             self.job,
@@ -47,8 +48,14 @@ class Cluster:
             self.setup,
         )
         self.job = {**self.job, "status": d.status}
-        for pod in [*d.delete_pods, *d.cleanup_pods]:
-            self.pods.pop(pod["metadata"]["name"], None)
+        failed = {p["metadata"]["name"] for p in d.delete_pods} & failing
+        last = [] if failed else d.delete_pods_last
+        for pod in [*d.delete_pods, *last, *d.cleanup_pods]:
+            if pod["metadata"]["name"] not in failing:
+                self.pods.pop(pod["metadata"]["name"], None)
+        if failed:
+            self.last = d
+            return d
         for service in [*d.delete_services, *d.cleanup_services]:
             self.services.pop(service["metadata"]["name"], None)
         for pod in d.create_pods:
@@ -323,18 +330,31 @@ def test_a_disrupted_pod_is_recreated_without_counting_a_restart_whatever_its_po
     assert cluster.job["status"]["disruptions"] == 1 and cluster.job["status"]["restartCount"] == 0
     assert ("disrupted", 1) in d.counters and ("restarted", 1) not in d.counters
     assert "PyTorchJobDisrupted" in events(d) and "PreemptionByScheduler" in d.events[-1].message
-    # Its peers, running beside it, go too: they could not go on without it.
-    assert sorted(p["metadata"]["name"] for p in d.delete_pods) == [
-        "pre-master-0",
-        "pre-worker-0",
-        "pre-worker-1",
-    ]
+    # Its peers, running beside it, go too: they could not go on without it; it goes once they are gone.
+    assert sorted(p["metadata"]["name"] for p in d.delete_pods) == ["pre-master-0", "pre-worker-0"]
+    assert [p["metadata"]["name"] for p in d.delete_pods_last] == ["pre-worker-1"]
     again = cluster.step()
     assert sorted(cluster.pods) == ["pre-master-0", "pre-worker-0", "pre-worker-1"]
     assert cluster.pods["pre-worker-1"]["metadata"]["uid"] != first_worker
     assert "PyTorchJobDisrupted" not in events(again) and cluster.job["status"]["disruptions"] == 1
     assert "countedDisruptions" not in cluster.job["status"]
     assert not cond_true(cluster, "Restarting")
+
+
+def test_a_failed_delete_of_a_disrupted_pods_peer_is_retried_and_the_disruption_counted_once() -> None:
+    cluster = running(pytorchjob("pre", workers=1, run_policy={"backoffLimit": 0}))
+    old_master = cluster.pods["pre-master-0"]["metadata"]["uid"]
+    _disrupt(cluster, "pre-worker-0", deleted=False, reason="PreemptionByScheduler")
+    cluster.step(failing=frozenset({"pre-master-0"}))
+    # The disrupted worker is kept while its master's delete failed: the next pass sees why again.
+    assert sorted(cluster.pods) == ["pre-master-0", "pre-worker-0"]
+    again = cluster.step()
+    assert [p["metadata"]["name"] for p in again.delete_pods] == ["pre-master-0"]
+    assert cluster.job["status"]["disruptions"] == 1 and "PyTorchJobDisrupted" not in events(again)
+    cluster.step()
+    assert sorted(cluster.pods) == ["pre-master-0", "pre-worker-0"]
+    assert cluster.pods["pre-master-0"]["metadata"]["uid"] != old_master
+    assert cluster.job["status"]["restartCount"] == 0
 
 
 def test_an_evicted_pod_is_counted_once_while_it_terminates_and_new_pods_are_left_alone() -> None:
@@ -398,6 +418,27 @@ def test_a_job_that_stops_reporting_progress_is_restarted_then_failed_as_stalled
     final = cluster.step(40)
     assert final.finish is not None and final.finish.reason == "Stalled"
     assert "it stalled 2 times, kubetrain.dev/max-stalls is 1" in cluster.condition("Failed")["message"]
+
+
+def test_a_stall_restart_whose_delete_failed_finishes_on_the_next_pass_counted_once() -> None:
+    cluster = running(
+        pytorchjob("hung", workers=1, annotations={"kubetrain.dev/stall-timeout-seconds": "60"})
+    )
+    for pod in cluster.pods.values():
+        pod["metadata"]["creationTimestamp"] = v1.rfc3339(cluster.now - dt.timedelta(seconds=100))
+    _running_since(cluster, 90)
+    _reported(cluster, 80, step=40)
+    old_worker = cluster.pods["hung-worker-0"]["metadata"]["uid"]
+    cluster.step(failing=frozenset({"hung-worker-0"}))
+    assert list(cluster.pods) == ["hung-worker-0"] and cluster.job["status"]["stalls"] == 1
+    again = cluster.step()
+    assert [p["metadata"]["name"] for p in again.delete_pods] == ["hung-worker-0"]
+    assert "Stalled" not in events(again)
+    assert (cluster.job["status"]["stalls"], cluster.job["status"]["restartCount"]) == (1, 1)
+    cluster.step()
+    assert sorted(cluster.pods) == ["hung-master-0", "hung-worker-0"]
+    assert cluster.pods["hung-worker-0"]["metadata"]["uid"] != old_worker
+    assert cluster.step().delete_pods == [], "the new pods are left alone"
 
 
 def test_no_stall_is_found_without_a_timeout_or_while_a_pod_is_not_running() -> None:
