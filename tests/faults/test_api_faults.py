@@ -72,6 +72,11 @@ async def test_a_conflict_on_the_terminal_status_write_never_recreates_the_pods(
     assert created and all(count == 1 for count in created.values()), f"pods created again: {created}"
 
 
+def every_try_of_one_delete_fails(fault_proxy: FaultProxy, pod: str) -> Rule:
+    """A 503 for every try of the first DELETE of ``pod`` (the client retries five times)."""
+    return fault_proxy.add(Rule(faultproxy.respond(503), method="DELETE", path=rf"/pods/{pod}$", times=6))
+
+
 async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restart_twice(
     fault_proxy: FaultProxy,
     proxied_controller: StartController,
@@ -80,10 +85,7 @@ async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restar
     namespace: str,
     history: PodHistory,
 ) -> None:
-    # Every try of the first DELETE of the failed worker gets a 503 (the client retries five times).
-    unavailable = fault_proxy.add(
-        Rule(faultproxy.respond(503), method="DELETE", path=r"/pods/flaky-worker-0$", times=6)
-    )
+    unavailable = every_try_of_one_delete_fails(fault_proxy, "flaky-worker-0")
     await proxied_controller()
     await jobs.create(
         pytorchjob(
@@ -139,11 +141,9 @@ async def test_a_failed_delete_of_a_disrupted_pods_peers_neither_counts_it_twice
     namespace: str,
     history: PodHistory,
 ) -> None:
-    # The disruption is counted in the status first, then the running peers are deleted; every try of
-    # the first DELETE of the master fails (the client retries five times), so the pass ends there.
-    unavailable = fault_proxy.add(
-        Rule(faultproxy.respond(503), method="DELETE", path=r"/pods/evicted-master-0$", times=6)
-    )
+    # The disruption is counted in the status first, then the running peers are deleted; the first
+    # DELETE of the master fails, so the pass ends there.
+    unavailable = every_try_of_one_delete_fails(fault_proxy, "evicted-master-0")
     await proxied_controller()
     await jobs.create(pytorchjob("evicted", workers=1, pod_annotations=HANG, run_policy={"backoffLimit": 0}))
     pods = await jobs.wait_pods("evicted", 2, phase="Running")
