@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio import client
+
 from kubetrain import naming
 from kubetrain.client import AsyncJobClient, builders, kinds
 from tests.support import HANG, Jobs, condition, eventually, pytorchjob, runs_for
@@ -81,10 +83,18 @@ async def test_a_queued_job_waits_for_quota_then_runs_on_the_flavor(
     assert condition(running, "Created")["status"] == "True"
 
 
+async def _quota_free(custom: client.CustomObjectsApi, queue: str) -> bool:
+    """Whether the ClusterQueue holds quota for no Workload (an earlier test's jobs may still be
+    going away with their namespace: the quota is the cluster's)."""
+    found = await custom.get_cluster_custom_object(naming.KUEUE_GROUP, "v1beta2", "clusterqueues", queue)
+    return not (found.get("status") or {}).get("reservingWorkloads")
+
+
 async def test_a_queued_job_says_why_kueue_holds_it_until_admitted(
-    controller: Any, jobs: Jobs, queues: str, kubeconfig: Path
+    controller: Any, jobs: Jobs, queues: str, kubeconfig: Path, custom: client.CustomObjectsApi
 ) -> None:
     # What the Airflow operators and KFP launchers log while a job waits in its queue.
+    await eventually(lambda: _quota_free(custom, "gpus"), timeout=90, what="the gpus quota to be free")
     await jobs.create(queued(gpu_job("first", gpus_per_pod=8, annotations=HANG)))
     await jobs.wait_pods("first", 2, phase="Running", timeout=60)
     second = gpu_job("second", gpus_per_pod=4, annotations=HANG)
