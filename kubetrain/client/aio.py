@@ -569,9 +569,14 @@ class AsyncJobClient:
                 if quiet:
                     return ""
                 raise JobNotFoundError(f"no pod for {role or 'rank 0'} {index} of {job['metadata']['name']}")
-            async with self._log_stream(job, pod, container, tail_lines=tail, previous=previous) as response:
-                body: bytes = await response.read()
-            return body.decode(errors="replace")
+            return await pod_log(
+                self.core,
+                pod.metadata.name,
+                job["metadata"]["namespace"],
+                container=container or kinds.default_container(job),
+                tail_lines=tail,
+                previous=previous,
+            )
         except ApiException:
             if quiet:
                 return ""
