@@ -542,8 +542,14 @@ def plot(
                 title=f"{found['kind']} {ns}/{name}",
             )
         except (ValueError, RuntimeError) as exc:
-            fail(str(exc), EXIT_USAGE)
-        console.print(f"wrote {png}: {', '.join(c.attempt for c in curves)}")
+            fail(f"{exc}{_logs_gone(curves)}", EXIT_USAGE)
+        console.print(f"wrote {png}: {', '.join(c.attempt for c in curves)}{_logs_gone(curves)}")
+
+
+def _logs_gone(curves: list[Curve]) -> str:
+    """Which attempts left no log to plot: a failed attempt's running pods are deleted with their logs."""
+    gone = [c.attempt for c in curves if not c.points]
+    return f" (no log left of {', '.join(gone)}: a deleted pod takes its log with it)" if gone else ""
 
 
 COMMANDS: list[tuple[str, Callable[..., None]]] = [

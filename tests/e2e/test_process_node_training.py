@@ -347,7 +347,10 @@ async def test_the_retry_of_a_failed_on_failure_job_trains_alone_on_one_history(
     assert all(e.step <= resumed_from for e in published if e.attempt == 1)
     assert checkpoint.read_fence(host_dir, "run") == 2
 
-    # The lineage's curves, from rank 0's logs of each attempt still there.
+    if failure == "DeadlineExceeded":
+        return  # attempt 2 failed by its deadline too: its running pods, and their logs, are gone
+    # The lineage's curves, from rank 0's logs of each attempt still there (attempt 2 succeeded and
+    # keeps its pods).
     png = tmp_path / "run.png"
     plotted = await asyncio.to_thread(
         subprocess.run,
