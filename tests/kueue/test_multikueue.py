@@ -49,7 +49,7 @@ def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> 
         "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
         "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
         "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
-        "sed ",
+        'sed "s|WORKER_KUBECONFIG',
         env=shell_env(manager, namespace, tmp_path),
         replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
     )
