@@ -172,25 +172,36 @@ async def test_a_job_on_a_lost_worker_is_dispatched_again_and_resumes_from_the_s
     assert await other.jobs.pods("resumable") == []
 
     lost = time.monotonic()
-    await asyncio.to_thread(first.cluster.down)  # the worker's cluster goes away, its processes too
+    down = asyncio.create_task(asyncio.to_thread(first.cluster.down))  # its processes go too
+    await eventually(
+        lambda: _dispatched_to_other(jobs, other.name), timeout=60, what=f"dispatch to {other.name}"
+    )
+    dispatched_after = time.monotonic() - lost
+    await other.jobs.wait_pods("resumable", 1, phase="Running", timeout=120)
+    running_after = time.monotonic() - lost
+    await down
     stopped_at = max(
         int(p.name.removeprefix("step-")) for p in shared.iterdir() if p.name.startswith("step-")
     )
-    down_after = time.monotonic() - lost
-    await other.jobs.wait_pods("resumable", 1, phase="Running", timeout=120)
-    running_after = time.monotonic() - lost
-    assert await _dispatched_to(jobs, "resumable") == other.name
 
     done = await other.jobs.wait_condition("resumable", "Succeeded", timeout=180)
     report = json.loads(done["metadata"]["annotations"]["kubetrain.dev/training-report"])
     assert report["step"] == 200 and report["resumed_from_step"] == stopped_at, (report, stopped_at)
     assert f"resumed from checkpoint step={stopped_at}" in await logs(other.jobs.core, namespace, POD)
-    await jobs.wait_condition("resumable", "Succeeded", timeout=60)  # mirrored to the manager
+    mirrored = await jobs.wait_condition("resumable", "Succeeded", timeout=60)
     assert await jobs.pods("resumable") == []  # the manager's kubetrain made none
+    status_writers = {
+        m["manager"] for m in mirrored["metadata"]["managedFields"] if m.get("subresource") == "status"
+    }
+    assert status_writers == {"kueue"}, status_writers  # nor wrote its status, before or after
     print(
-        f"{first.name} lost (its cluster down in {down_after:.1f}s) to the pod Running on {other.name}: "
-        f"{running_after:.1f}s; resumed from step {stopped_at} of 200"
+        f"{first.name}'s cluster stopped: dispatched to {other.name} after {dispatched_after:.1f}s, "
+        f"its pod Running after {running_after:.1f}s; resumed from step {stopped_at} of 200"
     )
+
+
+async def _dispatched_to_other(jobs: Jobs, other: str) -> bool:
+    return await _dispatched_to(jobs, "resumable") == other
 
 
 async def _past(worker: Worker, step: int) -> bool:
