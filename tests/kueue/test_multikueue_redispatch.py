@@ -22,6 +22,7 @@ from tests.conftest import Kubectl
 from tests.docs_commands import run_documented, shell_env
 from tests.e2e.test_process_node_training import STEPS_LINE, logs
 from tests.kueue.test_admission import queued
+from tests.kueue.test_multikueue import set_up_worker
 from tests.kueue.test_preemption_resume import single_rank
 from tests.support import Jobs, eventually
 
@@ -83,15 +84,7 @@ def _pair(manager: Path, workers: dict[str, DevCluster], namespace: str, tmp_pat
     """Set up each worker and point the manager's Kueue at both, as docs/kueue.md says."""
     env = shell_env(manager, namespace, tmp_path)
     for cluster in workers.values():
-        run_documented(
-            "docs/kueue.md",
-            "WORKER=",
-            "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
-            "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
-            "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
-            env=env,
-            replace={"/tmp/worker": str(cluster.state_dir), "team-a": namespace},
-        )
+        set_up_worker(cluster, namespace, env)
     run_documented(
         "docs/kueue.md",
         "WORKER_A=",
