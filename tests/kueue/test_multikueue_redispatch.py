@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
+from kubetrain import naming
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from tests.conftest import Kubectl
 from tests.docs_commands import run_documented, shell_env
@@ -104,7 +105,7 @@ def _resumable(shared: Path) -> dict[str, Any]:
     """A one-rank training job that checkpoints into ``shared``, a host directory every process
     node mounts (hostPath), so whichever worker runs it finds the checkpoints of the one before."""
     job = queued(single_rank("resumable", TRAIN), queue=QUEUE)
-    job["metadata"]["annotations"] = {"kubetrain.dev/checkpoint-dir": "/checkpoints"}
+    job["metadata"]["annotations"] = {naming.ANNOTATION_CHECKPOINT_DIR: "/checkpoints"}
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     pod["volumes"] = [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}]
     pod["containers"][0]["volumeMounts"] = [{"name": "shared", "mountPath": "/checkpoints"}]
@@ -178,7 +179,7 @@ async def test_a_job_on_a_lost_worker_is_dispatched_again_and_resumes_from_the_s
     )
 
     done = await other.jobs.wait_condition("resumable", "Succeeded", timeout=180)
-    report = json.loads(done["metadata"]["annotations"]["kubetrain.dev/training-report"])
+    report = json.loads(done["metadata"]["annotations"][naming.ANNOTATION_TRAINING_REPORT])
     assert report["step"] == 200 and report["resumed_from_step"] == stopped_at, (report, stopped_at)
     assert f"resumed from checkpoint step={stopped_at}" in await logs(other.jobs.core, namespace, POD)
     mirrored = await jobs.wait_condition("resumable", "Succeeded", timeout=60)
