@@ -41,21 +41,14 @@ async def worker_jobs(worker: DevCluster, namespace: str) -> AsyncIterator[Jobs]
         yield Jobs(client.CustomObjectsApi(api), client.CoreV1Api(api), namespace)
 
 
-WORKER_SETUP = (
-    "WORKER=",
-    "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
-    "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
-    "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
-)
-
-
-def set_up_worker(worker: DevCluster, namespace: str, env: dict[str, str], *then: str) -> None:
-    """Give the worker what docs/kueue.md says (queues, the namespace ``namespace``), then run the
-    documented commands ``then`` in the same shell."""
+def set_up_worker(worker: DevCluster, namespace: str, env: dict[str, str]) -> None:
+    """Give the worker what docs/kueue.md says: the queues, and the namespace ``namespace``."""
     run_documented(
         "docs/kueue.md",
-        *WORKER_SETUP,
-        *then,
+        "WORKER=",
+        "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
+        "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
+        "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
         env=env,
         replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
     )
@@ -63,7 +56,15 @@ def set_up_worker(worker: DevCluster, namespace: str, env: dict[str, str], *then
 
 def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> None:
     """Point the manager's Kueue at the worker, as docs/kueue.md says, for ``namespace``."""
-    set_up_worker(worker, namespace, shell_env(manager, namespace, tmp_path), 'sed "s|WORKER_KUBECONFIG')
+    env = shell_env(manager, namespace, tmp_path)
+    set_up_worker(worker, namespace, env)
+    run_documented(
+        "docs/kueue.md",
+        "WORKER=",
+        'sed "s|WORKER_KUBECONFIG',
+        env=env,
+        replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
+    )
     Kubectl(manager)("wait", "--for=condition=Active", "--timeout=60s", "multikueuecluster/worker")
 
 
