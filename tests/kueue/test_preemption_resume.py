@@ -66,11 +66,13 @@ async def test_a_preempted_training_job_resumes_from_its_last_checkpoint(
         lambda: _at_least(core, namespace, "low-master-0", 40), timeout=180, what="low to train past step 40"
     )
 
+    [preempted] = await jobs.pods("low")
     preempting = time.monotonic()
     quick = ["python", "-c", "print('high priority work done')"]
     await jobs.create(queued(single_rank("high", quick), queue="process-node", priority="high"))
     await jobs.wait_condition("low", "Suspended", timeout=60)
-    await eventually(lambda: _gone(jobs, "low"), timeout=60, what="low's pod to go")
+    # The high job is quick: Kueue may re-admit low, and give it a new pod, before a poll sees none.
+    await eventually(lambda: _gone(jobs, preempted.metadata.uid), timeout=60, what="low's pod to go")
     suspended_after = time.monotonic() - preempting
     saved = sorted(
         p.name for p in (await claim_dir(core, namespace, "ckpt")).iterdir() if p.name.startswith("step-")
@@ -98,5 +100,5 @@ async def _at_least(core: client.CoreV1Api, namespace: str, pod: str, step: int)
     return await _trained_step(core, namespace, pod) >= step
 
 
-async def _gone(jobs: Jobs, name: str) -> bool:
-    return not await jobs.pods(name)
+async def _gone(jobs: Jobs, uid: str) -> bool:
+    return all(pod.metadata.uid != uid for pod in await jobs.pods("low"))
