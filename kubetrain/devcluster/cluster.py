@@ -290,7 +290,6 @@ class DevCluster:
                     f"--feature-gates={FEATURE_GATES}",
                     f"--runtime-config={RUNTIME_CONFIG}",
                     "--profiling=false",
-                    "--shutdown-watch-termination-grace-period=2s",
                 ],
                 HealthCheck(
                     f"https://127.0.0.1:{ports['kube-apiserver']}/readyz",
