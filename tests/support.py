@@ -42,12 +42,12 @@ async def eventually(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
 
 
-def running_cluster_with(state_dir: str, option: str) -> DevCluster | None:
-    """The cluster of ``state_dir`` when it is up and was started with ``option`` (a field of
+def running_cluster_with(state_dir: str, *options: str) -> DevCluster | None:
+    """The cluster of ``state_dir`` when it is up and was started with each of ``options`` (fields of
     ``ClusterOptions``), for suites that need a cluster of their own kind."""
     cluster = DevCluster(Path(state_dir).expanduser())
     state = cluster.load_state() if cluster.is_up() else None
-    return cluster if state is not None and state.options.get(option) else None
+    return cluster if state is not None and all(state.options.get(o) for o in options) else None
 
 
 def controller_command(namespace: str, *args: str, metrics_address: str = "0") -> list[str]:

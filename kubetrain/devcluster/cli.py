@@ -94,6 +94,13 @@ def up_command(
         float | None,
         typer.Option(help="Kueue's waitForPodsReady timeout in seconds (default: off); with --kueue."),
     ] = None,
+    kueue_worker_lost_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="MultiKueue's workerLostTimeout in seconds: how long a manager waits for a lost worker "
+            "before dispatching its jobs again (default: Kueue's 15 minutes); with --kueue."
+        ),
+    ] = None,
     no_build: Annotated[
         bool, typer.Option("--no-build", help="Fail instead of building missing binaries.")
     ] = False,
@@ -115,6 +122,7 @@ def up_command(
                 process_node_default=process_node_default,
                 kueue=kueue,
                 kueue_pods_ready_timeout=kueue_pods_ready_timeout,
+                kueue_worker_lost_timeout=kueue_worker_lost_timeout,
                 workdir=str((workdir or Path.cwd()).resolve()),
             ),
             console=console,

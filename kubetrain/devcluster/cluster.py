@@ -75,6 +75,8 @@ class ClusterOptions:
     kueue: bool = False
     # Kueue's waitForPodsReady timeout in seconds (None: off), with --kueue only.
     kueue_pods_ready_timeout: float | None = None
+    # MultiKueue's workerLostTimeout in seconds (None: Kueue's 15 minutes), with --kueue only.
+    kueue_worker_lost_timeout: float | None = None
     workdir: str = field(default_factory=lambda: str(Path.cwd()))
 
     def validate(self) -> None:
@@ -90,13 +92,13 @@ class ClusterOptions:
                 "--process-node-default needs the process node: drop --no-process-node, "
                 "or drop --process-node-default to let simulated nodes take every pod"
             )
-        if self.kueue_pods_ready_timeout is not None and (
-            not self.kueue or self.kueue_pods_ready_timeout <= 0
-        ):
-            raise DevClusterError(
-                "--kueue-pods-ready-timeout needs --kueue and a number of seconds > 0 "
-                f"(got {self.kueue_pods_ready_timeout} with kueue={self.kueue})"
-            )
+        for name in ("kueue_pods_ready_timeout", "kueue_worker_lost_timeout"):
+            seconds = getattr(self, name)
+            if seconds is not None and (not self.kueue or seconds <= 0):
+                flag = "--" + name.replace("_", "-")
+                raise DevClusterError(
+                    f"{flag} needs --kueue and a number of seconds > 0 (got {seconds} with kueue={self.kueue})"
+                )
 
     def binaries(self) -> list[str]:
         """The built binaries a cluster with these options runs."""
@@ -383,6 +385,7 @@ class DevCluster:
             metrics_port=ports["kueue-metrics"],
             cert_dir=cert_dir,
             pods_ready_timeout=options.kueue_pods_ready_timeout,
+            worker_lost_timeout=options.kueue_worker_lost_timeout,
         )
         config_file = self._kueue_dir / "config.yaml"
         config_file.write_text(json.dumps(config, indent=2))

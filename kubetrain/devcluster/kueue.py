@@ -59,10 +59,14 @@ def configuration(
     metrics_port: int,
     cert_dir: Path,
     pods_ready_timeout: float | None = None,
+    worker_lost_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Kueue's ``Configuration`` for the dev cluster: loopback ports, our certificate, no leader
     election (one replica), the kubetrain kinds' integrations; with ``pods_ready_timeout`` seconds,
-    ``waitForPodsReady`` (a job whose pods are not all ready by then is evicted and requeued)."""
+    ``waitForPodsReady`` (a job whose pods are not all ready by then is evicted and requeued); with
+    ``worker_lost_timeout`` seconds, MultiKueue's ``workerLostTimeout`` (how long a manager keeps a
+    job admitted on a worker it lost the connection to before dispatching it again; Kueue's default
+    is 15 minutes)."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -84,6 +88,8 @@ def configuration(
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1},
         }
+    if worker_lost_timeout is not None:
+        config["multiKueue"] = {"workerLostTimeout": f"{worker_lost_timeout:g}s"}
     return config
 
 

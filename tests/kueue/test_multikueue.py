@@ -41,16 +41,28 @@ async def worker_jobs(worker: DevCluster, namespace: str) -> AsyncIterator[Jobs]
         yield Jobs(client.CustomObjectsApi(api), client.CoreV1Api(api), namespace)
 
 
-def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> None:
-    """Point the manager's Kueue at the worker, as docs/kueue.md says, for ``namespace``."""
+def set_up_worker(worker: DevCluster, namespace: str, env: dict[str, str]) -> None:
+    """Give the worker what docs/kueue.md says: the queues, and the namespace ``namespace``."""
     run_documented(
         "docs/kueue.md",
         "WORKER=",
         "kubectl --kubeconfig $WORKER/kubeconfig apply -f",
         "kubectl --kubeconfig $WORKER/kubeconfig create namespace",
         "kubectl --kubeconfig $WORKER/kubeconfig apply -n",
-        "sed ",
-        env=shell_env(manager, namespace, tmp_path),
+        env=env,
+        replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
+    )
+
+
+def _pair(manager: Path, worker: DevCluster, namespace: str, tmp_path: Path) -> None:
+    """Point the manager's Kueue at the worker, as docs/kueue.md says, for ``namespace``."""
+    env = shell_env(manager, namespace, tmp_path)
+    set_up_worker(worker, namespace, env)
+    run_documented(
+        "docs/kueue.md",
+        "WORKER=",
+        'sed "s|WORKER_KUBECONFIG',
+        env=env,
         replace={"/tmp/worker": str(worker.state_dir), "team-a": namespace},
     )
     Kubectl(manager)("wait", "--for=condition=Active", "--timeout=60s", "multikueuecluster/worker")

@@ -92,6 +92,13 @@ def test_wait_for_pods_ready_is_set_only_when_asked(tmp_path: Path) -> None:
     assert config["waitForPodsReady"]["timeout"] == "20s"
 
 
+def test_the_worker_lost_timeout_is_kueue_s_own_unless_asked(tmp_path: Path) -> None:
+    ports = {"webhook_port": 1, "health_port": 2, "metrics_port": 3, "cert_dir": tmp_path}
+    assert "multiKueue" not in kueue.configuration(**ports)
+    config = kueue.configuration(**ports, worker_lost_timeout=5)
+    assert config["multiKueue"] == {"workerLostTimeout": "5s"}
+
+
 def test_the_jobset_release_is_the_one_kueue_requires() -> None:
     go_mod = "module sigs.k8s.io/kueue\n\nrequire (\n\tk8s.io/api v0.35.3\n\tsigs.k8s.io/jobset v0.11.1\n)\n"
     assert kueue.required_version(go_mod, "sigs.k8s.io/jobset") == "v0.11.1"
@@ -118,6 +125,14 @@ def test_a_cluster_without_kueue_needs_no_kueue_binary() -> None:
 def test_the_pods_ready_timeout_needs_kueue() -> None:
     with pytest.raises(DevClusterError, match="--kueue-pods-ready-timeout needs --kueue"):
         ClusterOptions(kueue_pods_ready_timeout=10).validate()
+
+
+@pytest.mark.parametrize("seconds", [0, -1])
+def test_the_worker_lost_timeout_needs_kueue_and_a_positive_number(seconds: float) -> None:
+    with pytest.raises(DevClusterError, match="--kueue-worker-lost-timeout needs --kueue"):
+        ClusterOptions(kueue_worker_lost_timeout=5).validate()
+    with pytest.raises(DevClusterError, match=rf"--kueue-worker-lost-timeout .* \(got {seconds} "):
+        ClusterOptions(kueue=True, kueue_worker_lost_timeout=seconds).validate()
 
 
 def test_the_stamps_of_wrapper_built_binaries_do_not_change_with_installed_releases() -> None:
