@@ -70,6 +70,7 @@ LABEL_KUEUE_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"  # a Workloa
 LABEL_KUEUE_JOB_UID: Final = "kueue.x-k8s.io/job-uid"  # on the Workload Kueue makes for a job
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_VERSIONS: Final = ("v1beta2", "v1beta1")  # newest first; Kueue before v0.15 serves v1beta1 only
+KUEUE_VISIBILITY_GROUP: Final = "visibility.kueue.x-k8s.io"  # Kueue's on-demand API of pending positions
 
 
 def trainjob_job_name(trainjob: str, replicated_job: str, job_index: int) -> str:

@@ -528,7 +528,35 @@ class AsyncJobClient:
                 return None
             except (TimeoutError, aiohttp.ClientError):
                 return None
-            return next((kinds.admission_wait(w) for w in listed.get("items") or []), None)
+            workload = next(iter(listed.get("items") or []), None)
+            if workload is None or kinds.admission_wait(workload) is None:
+                return None
+            return kinds.admission_wait(workload, await self._queue_position(job, workload))
+        return None
+
+    async def _queue_position(self, job: Obj, workload: Obj) -> int | None:
+        """The Workload's place in its LocalQueue from Kueue's visibility API; None where that API is not
+        served (it is an aggregated API a cluster may leave off) or cannot be read."""
+        queue, namespace = kinds.queue_of(job), job["metadata"]["namespace"]
+        for version in naming.KUEUE_VERSIONS:
+            path = (
+                f"/apis/{naming.KUEUE_VISIBILITY_GROUP}/{version}/namespaces/{namespace}"
+                f"/localqueues/{queue}/pendingworkloads"
+            )
+            try:
+                raw: Any = await self.api.call_api(
+                    path, "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=10
+                )
+                response: aiohttp.ClientResponse = raw
+                async with response:
+                    if response.status == 404:
+                        continue  # this version (or the whole API) is not served
+                    if response.status != 200:
+                        return None
+                    pending = await response.json(content_type=None)
+            except (TimeoutError, aiohttp.ClientError, ValueError):
+                return None
+            return kinds.queue_position(pending, workload["metadata"]["name"])
         return None
 
     async def _pod_for(self, job: Obj, role: str | None, index: int) -> client.V1Pod | None:

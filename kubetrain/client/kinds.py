@@ -204,18 +204,36 @@ def queue_of(job: Obj) -> str | None:
     return queue
 
 
-def admission_wait(workload: Obj) -> str | None:
+def admission_wait(workload: Obj, position: int | None = None) -> str | None:
     """Why Kueue has not admitted a Workload yet, in its own words (its QuotaReserved condition's message,
     e.g. "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu in
-    flavor gpu, 8 more needed"); None once it is admitted or before Kueue has looked at it."""
+    flavor gpu, 8 more needed"), after its place in the LocalQueue where Kueue reports it (``position``:
+    Kueue's ``positionInLocalQueue``, 0 for the next; shown from 1); None once it is admitted or before
+    Kueue has looked at it."""
     for condition in (workload.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "QuotaReserved":
-            return None if condition.get("status") == "True" else condition.get("message") or None
+            if condition.get("status") == "True":
+                return None
+            message = condition.get("message") or None
+            if position is None:
+                return message
+            return f"position {position + 1}" + (f"; {message}" if message else "")
+    return None
+
+
+def queue_position(pending: Obj, workload: str) -> int | None:
+    """``positionInLocalQueue`` of Workload ``workload`` in a LocalQueue's ``pendingworkloads`` (Kueue's
+    visibility API); None when it is not listed (admitted meanwhile, or past the summary's limit)."""
+    for item in pending.get("items") or []:
+        if (item.get("metadata") or {}).get("name") == workload:
+            position = item.get("positionInLocalQueue")
+            return int(position) if position is not None else None
     return None
 
 
 def queued_line(job: Obj, waiting: str | None = None) -> str | None:
-    """``queued in LocalQueue team-a: <why>`` while Kueue holds the job suspended; None otherwise."""
+    """``queued in LocalQueue team-a: <why>`` while Kueue holds the job suspended (``<why>``:
+    ``admission_wait``'s words); None otherwise."""
     queue = queue_of(job)
     if queue is None or state(job) not in ("Suspended", "Pending") or not _asks_suspend(job):
         return None

@@ -6,7 +6,15 @@ import json
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.client.kinds import admission_wait, disruption, queued_line, report, state, status_line
+from kubetrain.client.kinds import (
+    admission_wait,
+    disruption,
+    queue_position,
+    queued_line,
+    report,
+    state,
+    status_line,
+)
 
 
 def job(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -102,3 +110,19 @@ def test_kueues_reason_is_its_workloads_quota_condition_until_quota_is_reserved(
     assert admission_wait(workload("False", "insufficient quota")) == "insufficient quota"
     assert admission_wait(workload("True", "Quota reserved in ClusterQueue gpus")) is None
     assert admission_wait({"status": {}}) is None  # Kueue has not looked at it yet
+    # Where Kueue's visibility API reports the place in the LocalQueue (0: next), the line leads with it.
+    assert admission_wait(workload("False", "insufficient quota"), 0) == "position 1; insufficient quota"
+    assert admission_wait(workload("True", "Quota reserved"), 3) is None
+
+
+def test_a_workloads_position_is_read_from_its_local_queues_pending_summary() -> None:
+    pending = {
+        "kind": "PendingWorkloadsSummary",
+        "items": [
+            {"metadata": {"name": f"pytorchjob-{n}-1a2b3", "namespace": "team"}, "positionInLocalQueue": i}
+            for i, n in enumerate(["big", "small"])
+        ],
+    }
+    assert queue_position(pending, "pytorchjob-small-1a2b3") == 1
+    assert queue_position(pending, "pytorchjob-gone-1a2b3") is None  # admitted meanwhile, or past the limit
+    assert queue_position({"items": None}, "pytorchjob-small-1a2b3") is None
