@@ -26,20 +26,24 @@ is left running, so the step's retry reattaches to it instead of starting over.
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
 from kubetrain.client import JobClient, builders, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobTimeoutError
+from kubetrain.plot import Curve, render
 
 Obj = dict[str, Any]
 STATUS_EVERY = 30.0  # seconds between status lines while waiting
@@ -203,6 +207,7 @@ class LaunchResult:
     last_checkpoint: str
     metrics: dict[str, float]
     report: Obj
+    curves: list[Curve] = field(default_factory=list)  # of the lineage's attempts, from rank 0's logs
 
 
 def _log(message: str) -> None:
@@ -296,6 +301,7 @@ def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
         ),
         metrics={k: float(v) for k, v in (report.get("metrics") or {}).items() if isinstance(v, int | float)},
         report=report,
+        curves=_curves(jobs, final),
     )
     jobs.check(
         final
@@ -334,6 +340,15 @@ def _pending(jobs: JobClient, job: Obj) -> str:
     return f" (pending: {'; '.join(reasons)})" if reasons else ""
 
 
+def _curves(jobs: JobClient, job: Obj) -> list[Curve]:
+    """The lineage's curves (best effort: a finished job's result does not hang on its logs)."""
+    try:
+        return jobs.curves(job)[1]
+    except Exception as exc:
+        _log(f"no curves: {exc}")
+        return []
+
+
 def _stream_logs(jobs: JobClient, job: Obj, stop: threading.Event) -> None:
     """Rank 0's log lines into the step's log, until the job ends (best effort)."""
     try:
@@ -355,6 +370,25 @@ def write_model(path: str, result: LaunchResult, request: LaunchRequest) -> dict
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(pointer, indent=2))
     return pointer
+
+
+def write_curves(path: str, result: LaunchResult) -> str:
+    """The HTML artifact of the step's curves: a PNG of every metric of every attempt (``kubetrain
+    plot``'s), inline, as the KFP UI shows an HTML artifact; a sentence instead when there is no curve
+    or no matplotlib. Returns what the page says beside the picture."""
+    title = f"{result.namespace}/{result.job_name}"
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            png = render(result.curves, Path(scratch) / "curves.png", title=title)
+            image = base64.b64encode(png.read_bytes()).decode()
+            body, said = f'<img alt="metric curves of {title}" src="data:image/png;base64,{image}">', ""
+        except (ValueError, RuntimeError) as exc:  # no curve, or no matplotlib
+            body = said = html.escape(str(exc))
+    attempts = ", ".join(c.attempt + (" (failed)" if c.failed else "") for c in result.curves)
+    page = f"<!doctype html><title>{title}</title><h3>{title}</h3><p>attempts: {attempts}</p>{body}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(page)
+    return said
 
 
 def with_task_config(inputs: dict[str, Any], task_config: Any) -> dict[str, Any]:
@@ -379,12 +413,15 @@ def with_task_config(inputs: dict[str, Any], task_config: Any) -> dict[str, Any]
 
 def run_component(kind: str, inputs: dict[str, Any]) -> tuple[str, str, str]:
     """The body of a launcher component: ``inputs`` are its parameters, artifacts included."""
-    metrics, model = inputs.pop("metrics"), inputs.pop("model")
+    metrics, model, curves = inputs.pop("metrics"), inputs.pop("model"), inputs.pop("curves")
     inputs = with_task_config(inputs, inputs.pop("task_config", None))
     request = LaunchRequest(kind=kind, **inputs)
     result = launch(request)
     for key, value in sorted(result.metrics.items()):
         metrics.log_metric(key, value)
+    said = write_curves(curves.path, result)
+    if said:
+        _log(f"no curves drawn: {said}")
     pointer = write_model(model.path, result, request)
     model.metadata.update({k: v for k, v in pointer.items() if v})
     return result.state, result.job_name, result.last_checkpoint

@@ -14,8 +14,10 @@ pipeline run, task and job name. Called in a pipeline, the components fill
 where a pipeline passes them, never in a component's defaults.
 
 Outputs: ``state``, ``job_name`` and ``last_checkpoint`` as values, the
-training report's metrics as a ``Metrics`` artifact, and a ``Model`` artifact
-pointing at the final checkpoint (claim and path). The TrainJob launcher takes
+training report's metrics as a ``Metrics`` artifact, the metric curves of the
+step's attempts (``kubetrain plot``'s PNG, from rank 0's logs) as an ``HTML``
+artifact the KFP UI shows, and a ``Model`` artifact pointing at the final
+checkpoint (claim and path). The TrainJob launcher takes
 the step's resources, env, node selector and tolerations from the pipeline
 (``set_cpu_limit``, ``set_accelerator_limit``...) through KFP's task config
 passthrough and gives them to the trainer nodes.
@@ -25,7 +27,7 @@ import os
 from typing import NamedTuple, Optional
 
 from kfp import dsl
-from kfp.dsl import Metrics, Model, Output, TaskConfig
+from kfp.dsl import HTML, Metrics, Model, Output, TaskConfig
 from kfp.dsl.pipeline_task import PipelineTask
 from kfp.dsl.python_component import PythonComponent
 
@@ -43,6 +45,7 @@ _TASK_CONFIG = [
 def pytorchjob_launcher(
     metrics: Output[Metrics],
     model: Output[Model],
+    curves: Output[HTML],
     job_name: str = "",
     run_id: str = "",
     task_name: str = "",
@@ -80,6 +83,7 @@ def pytorchjob_launcher(
 def trainjob_launcher(
     metrics: Output[Metrics],
     model: Output[Model],
+    curves: Output[HTML],
     task_config: TaskConfig,
     runtime: str = "",
     job_name: str = "",

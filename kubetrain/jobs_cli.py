@@ -42,7 +42,7 @@ from rich.table import Table
 from kubetrain import naming
 from kubetrain.client import JobClient, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
-from kubetrain.plot import Curve, merged, parse, render
+from kubetrain.plot import Curve, render
 
 Obj = dict[str, Any]
 
@@ -516,24 +516,7 @@ def plot(
 ) -> None:
     """Write a PNG of the metric curves of every attempt of a job's lineage, from rank 0's logs."""
     with connect_to_job(job, namespace, kubeconfig, context) as (client, ns, found):
-        name = lineage.lineage_of(found)
-        labelled = client.list(
-            kind=found["kind"], namespace=ns, label_selector=f"{naming.LABEL_LINEAGE}={name}"
-        )
-        first = client.get(found["kind"], name, ns)  # a first attempt made without the label names it
-        by_uid = {j["metadata"]["uid"]: j for j in [*labelled, found, *([first] if first else [])]}
-        attempts = sorted(by_uid.values(), key=lineage.attempt_of)
-        curves = [
-            Curve(
-                attempt["metadata"]["name"],
-                kinds.state(attempt) == "Failed",
-                merged(
-                    parse(client.logs(attempt, previous=True, quiet=True)),
-                    parse(client.logs(attempt, quiet=True)),
-                ),
-            )
-            for attempt in attempts
-        ]
+        name, curves = client.curves(found)
         try:
             png = render(
                 curves,

@@ -29,7 +29,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiException
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from kubetrain import naming
+from kubetrain import naming, plot
 from kubetrain.api import v1, v2
 from kubetrain.api.base import ApiModel
 from kubetrain.api.kinds import JobKind
@@ -609,6 +609,29 @@ class AsyncJobClient:
             if quiet:
                 return ""
             raise
+
+    async def curves(self, job: Obj) -> tuple[str, builtins.list[plot.Curve]]:
+        """The lineage's name and the metric curves of each of its attempts, oldest first, from rank 0's
+        log (its container's previous run, then the current one): what ``kubetrain plot`` draws."""
+        kind, namespace = job["kind"], job["metadata"]["namespace"]
+        name = lineage.lineage_of(job)
+        labelled = await self.list(
+            kind=kind, namespace=namespace, label_selector=f"{naming.LABEL_LINEAGE}={name}"
+        )
+        first = await self.get(kind, name, namespace)  # a first attempt made without the label names it
+        by_uid = {j["metadata"]["uid"]: j for j in [*labelled, job, *([first] if first else [])]}
+        curves = [
+            plot.Curve(
+                attempt["metadata"]["name"],
+                kinds.state(attempt) == "Failed",
+                plot.merged(
+                    plot.parse(await self.logs(attempt, previous=True, quiet=True)),
+                    plot.parse(await self.logs(attempt, quiet=True)),
+                ),
+            )
+            for attempt in sorted(by_uid.values(), key=lineage.attempt_of)
+        ]
+        return name, curves
 
     async def follow_logs(
         self, job: Obj, *, role: str | None = None, index: int = 0, container: str | None = None

@@ -110,6 +110,7 @@ class JobClient:
     wait = _blocking(AsyncJobClient.wait)
     check = _blocking(AsyncJobClient.check)
     logs = _blocking(AsyncJobClient.logs)
+    curves = _blocking(AsyncJobClient.curves)
     follow_logs = _bridged(AsyncJobClient.follow_logs)
     pods = _blocking(AsyncJobClient.pods)
     disruption = _blocking(AsyncJobClient.disruption)

@@ -17,6 +17,8 @@ from kubernetes_asyncio import client
 
 from kubetrain.client.aio import pod_log
 from kubetrain.devcluster.cluster import PROCESS_NODE, DevCluster
+from kubetrain.devcluster.processnode import volumes
+from kubetrain.kube.client import KubeClient
 from tests.conftest import Kubectl
 from tests.support import eventually
 
@@ -351,3 +353,51 @@ async def test_a_command_named_like_a_service_is_still_the_program(
     done = await wait_phase(core, namespace, "python", "Succeeded", "Failed")
     out = kubectl("logs", "python", "-n", namespace).stdout
     assert done.status.phase == "Succeeded" and "the program ran" in out, out
+
+
+async def test_a_projected_token_is_renewed_before_it_expires_and_kept_while_renewal_fails(
+    api_client: client.ApiClient, kubeconfig: Path, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """What the process node does for a running pod's projected token, with its lifetime compressed:
+    the file is replaced by a new valid token, and kept as it is while the API server refuses a new one."""
+    audience = "kubetrain-test"
+    source = {"serviceAccountToken": {"audience": audience, "expirationSeconds": 600, "path": "token"}}
+    held = pod("holder", "pass", extra={"volumes": [{"name": "token", "projected": {"sources": [source]}}]})
+    # Tokens are bound to this pod; no node matches it, so nothing runs it but this test.
+    held["spec"]["nodeSelector"] = {"kubetrain.dev/no-such-node": "true"}
+    created = api_client.sanitize_for_serialization(await core.create_namespaced_pod(namespace, held))
+    kube = await KubeClient.from_kubeconfig(str(kubeconfig))
+    reviews = client.AuthenticationV1Api(api_client)
+
+    async def authenticated(token: str) -> bool:
+        review = {"spec": {"token": token, "audiences": [audience]}}
+        answer = await reviews.create_token_review(review)
+        return bool(answer.status.authenticated)
+
+    try:
+        token_file = (await volumes.prepare(kube, created, tmp_path))["token"] / "token"
+        first = token_file.read_text()
+        renewal = asyncio.create_task(volumes.keep_tokens_fresh(kube, created, tmp_path, after=lambda _: 1.1))
+        try:
+
+            async def new_token() -> str | None:
+                current = token_file.read_text()
+                return current if current != first else None
+
+            renewed = await eventually(new_token, timeout=20, what="a new token")
+            assert await authenticated(first) and await authenticated(renewed)
+            # The pod is gone: no token is issued for it any more, and the last one stays in place.
+            await core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+            await eventually(lambda: _gone(core, namespace, "holder"), timeout=30, what="the pod to go")
+            last = token_file.read_text()
+            await asyncio.sleep(3)
+            assert token_file.read_text() == last and not renewal.done()
+        finally:
+            renewal.cancel()
+    finally:
+        await kube.close()
+
+
+async def _gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    listed = await core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
+    return not listed.items

@@ -7,6 +7,7 @@ as a process of its own, and the training pods run on the process node.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import importlib.util
 import json
@@ -206,6 +207,11 @@ def test_the_trainjob_launcher_emits_its_metrics_and_model(
     assert task.outputs["state"] == "Succeeded"
     assert task.outputs["last_checkpoint"] == "/checkpoints/step-00000040"
     assert task.outputs["metrics"].metadata["accuracy"] > 0.3
+    # The loss curve rank 0 logged, drawn as the step's HTML artifact.
+    page = Path(task.outputs["curves"].path).read_text()
+    assert "attempts: tj-" in page and '<img alt="metric curves of ' in page, page[:500]
+    image = page.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
+    assert base64.b64decode(image)[:4] == b"\x89PNG"
     model = task.outputs["model"]
     assert json.loads(Path(model.path).read_text())["checkpoint"] == "/checkpoints/step-00000040"
 

@@ -116,26 +116,33 @@ class PodWorker:
             host_dirs = await self._prepare_volumes()
             if host_dirs is None:
                 return
-            self._mount_table(host_dirs)
-            self.gpus = self.agent.gpus.allocate(self.uid, _gpus_requested(self.pod))
-            for spec, state in zip(self.pod["spec"].get("initContainers") or [], self.inits, strict=True):
-                if not await self._run_init(spec, state):
-                    return
-            self._set_condition("Initialized", True)
-            self.phase = "Running" if not self.deleting.is_set() else self.phase
-            await asyncio.gather(
-                *(
-                    self._supervise(spec, state)
-                    for spec, state in zip(self.pod["spec"].get("containers") or [], self.mains, strict=True)
-                )
-            )
-            self._finish()
+            renewal = asyncio.create_task(volumes.keep_tokens_fresh(self.agent.kube, self.pod, self.dir))
+            try:
+                await self._run_containers(host_dirs)
+            finally:
+                renewal.cancel()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("pod %s/%s failed on the process node", self.namespace, self.name)
             self.phase, self.reason, self.message = "Failed", "ProcessNodeError", str(exc)
             self._changed()
+
+    async def _run_containers(self, host_dirs: dict[str, Path]) -> None:
+        self._mount_table(host_dirs)
+        self.gpus = self.agent.gpus.allocate(self.uid, _gpus_requested(self.pod))
+        for spec, state in zip(self.pod["spec"].get("initContainers") or [], self.inits, strict=True):
+            if not await self._run_init(spec, state):
+                return
+        self._set_condition("Initialized", True)
+        self.phase = "Running" if not self.deleting.is_set() else self.phase
+        await asyncio.gather(
+            *(
+                self._supervise(spec, state)
+                for spec, state in zip(self.pod["spec"].get("containers") or [], self.mains, strict=True)
+            )
+        )
+        self._finish()
 
     async def _prepare_volumes(self) -> dict[str, Path] | None:
         while not self.deleting.is_set():

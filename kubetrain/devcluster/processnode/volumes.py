@@ -6,7 +6,7 @@
 | ``hostPath`` | the path itself (this is the host) |
 | ``persistentVolumeClaim`` | the ``hostPath`` of the bound PersistentVolume (for claims of the ``kubetrain-local`` class: ``<cluster state>/volumes/<ns>/<claim>``, kept until the claim is deleted) |
 | ``configMap``, ``secret`` | ``<state>/pods/<pod uid>/volumes/<name>``, one file per key (or per ``items`` entry) |
-| ``projected`` | the same, from its ``configMap`` and ``secret`` sources and its ``serviceAccountToken``: a token from the TokenRequest API, bound to the pod, with the source's audience and expiry, as a kubelet gets it (not renewed: a pod that runs past the expiry keeps the old token) |
+| ``projected`` | the same, from its ``configMap`` and ``secret`` sources and its ``serviceAccountToken``: a token from the TokenRequest API, bound to the pod, with the source's audience and expiry, as a kubelet gets it, and renewed as a kubelet renews it (``keep_tokens_fresh``: once 80% of its lifetime has passed, at most a day after it was issued) |
 
 Claims are bound by the dev cluster's provisioner (``kubetrain.devcluster.provisioner``), a
 component of its own; a pod's claim is mounted from the hostPath of the volume bound to it.
@@ -14,8 +14,11 @@ component of its own; a pod's claim is mounted from the hostPath of the volume b
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,11 @@ from kubetrain.kube.resources import CONFIGMAPS, PVCS, PVS, SECRETS, SERVICE_ACC
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+
+RENEW_AT = 0.8  # of a token's lifetime: when a kubelet renews a projected token
+MAX_TOKEN_AGE = 24 * 3600  # seconds: a kubelet renews a longer-lived token after a day anyway
+RENEW_RETRY_SECONDS = 10.0
+DEFAULT_TOKEN_SECONDS = 3600
 
 
 class VolumeError(RuntimeError):
@@ -60,9 +68,59 @@ async def _prepare_one(kube: KubeClient, pod: Obj, volume: Obj, local: Path) -> 
     return local
 
 
+def renew_after(expiration_seconds: int) -> float:
+    """Seconds after it was issued that a projected token is renewed: at 80% of its lifetime (so a
+    process that reads its token file for each request never sends an expired one), at most a day."""
+    return min(RENEW_AT * expiration_seconds, MAX_TOKEN_AGE)
+
+
+def _token_sources(pod: Obj) -> list[tuple[str, Obj]]:
+    """(volume name, ``serviceAccountToken`` source) of every projected token of ``pod``."""
+    return [
+        (volume["name"], source["serviceAccountToken"])
+        for volume in pod["spec"].get("volumes") or []
+        for source in (volume.get("projected") or {}).get("sources") or []
+        if "serviceAccountToken" in source
+    ]
+
+
+async def keep_tokens_fresh(
+    kube: KubeClient, pod: Obj, pod_dir: Path, *, after: Callable[[int], float] = renew_after
+) -> None:
+    """Renew every projected token ``prepare`` wrote, for as long as the pod runs (cancel to stop).
+
+    A failed renewal is retried every few seconds and keeps the old file: the token may still have
+    a fifth of its life to go, as with a kubelet that cannot reach the API server for a while.
+    """
+    await asyncio.gather(
+        *(
+            _renew(kube, pod, pod_dir / "volumes" / name, source, after)
+            for name, source in _token_sources(pod)
+        )
+    )
+
+
+async def _renew(kube: KubeClient, pod: Obj, local: Path, source: Obj, after: Callable[[int], float]) -> None:
+    lifetime = int(source.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS)
+    while True:
+        await asyncio.sleep(after(lifetime))
+        while True:
+            try:
+                token = await _token(kube, pod, source)
+            except VolumeError as exc:
+                log.warning("pod %s: %s; keeping the current token", pod["metadata"]["name"], exc)
+                await asyncio.sleep(RENEW_RETRY_SECONDS)
+                continue
+            _write(local / source["path"], token.encode())
+            break
+
+
 def _write(path: Path, content: bytes) -> None:
+    """Replace the file at once: a process reading it (a token, each request) sees the old or the new."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(content)
+    os.replace(partial, path)
 
 
 async def _write_source(kube: KubeClient, namespace: str, volume: str, source: Obj, local: Path) -> None:
@@ -91,7 +149,7 @@ async def _token(kube: KubeClient, pod: Obj, source: Obj) -> str:
     account = pod["spec"].get("serviceAccountName") or "default"
     spec: Obj = {
         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
-        "expirationSeconds": int(source.get("expirationSeconds") or 3600),
+        "expirationSeconds": int(source.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS),
     }
     if source.get("audience"):
         spec["audiences"] = [source["audience"]]
