@@ -626,9 +626,7 @@ def _describe(client: JobClient, job: Obj) -> None:
         console.print(f"[bold]Training report:[/] {json.dumps(report, sort_keys=True)}", highlight=False)
     _describe_first_failure(job)
     if status.get("disruptions"):
-        console.print(
-            f"[bold]Disruptions:[/] {status['disruptions']} (preempted, evicted or drained; not failures)"
-        )
+        console.print(f"[bold]Disruptions:[/] {kinds.disruptions_line(status)}")
     pods = Table(
         "POD", "PHASE", "RESTARTS", "NODE", box=None, header_style="bold", title="Pods", title_justify="left"
     )

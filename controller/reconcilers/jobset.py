@@ -38,6 +38,7 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.client.kinds import disruption_condition
+from kubetrain.controller.plugins.gpu import gpu_seconds
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.indexedjob import (
     FAIL_INDEX,
@@ -51,7 +52,7 @@ from kubetrain.controller.reconcilers.indexedjob import (
     judge_failed_pod,
 )
 from kubetrain.controller.reconcilers.observe import restart_count
-from kubetrain.controller.reconcilers.skeleton import rfc3339
+from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
 from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.controller.trainer.policies.common import completion_index_env
 from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
@@ -313,6 +314,26 @@ def observe(
     for job in jobs.values():
         judge(job, now)
     return Observation(list(jobs.values()), stale, terminating_stale, tally.counted, disrupted)
+
+
+def disrupted_gpu_seconds(pods: Sequence[Obj], obs: Observation, now: dt.datetime) -> int:
+    """GPU-seconds of the attempt's runs a disruption cut short: every pod of the attempt still running
+    (or disrupted) when the first disruption came, from its start to then."""
+    stale = {p["metadata"]["uid"] for p in obs.stale}
+    disrupted = {p["metadata"]["uid"] for p in obs.disrupted}
+    stopped_at = min(
+        parse_time((disruption_condition(p) or {}).get("lastTransitionTime")) or now for p in obs.disrupted
+    )
+    cut = [
+        p
+        for p in pods
+        if p["metadata"]["uid"] in disrupted
+        or (
+            p["metadata"]["uid"] not in stale
+            and (p.get("status") or {}).get("phase") in ("Running", "Pending")
+        )
+    ]
+    return gpu_seconds(cut, stopped_at)
 
 
 def _rules_disruptions(policy: Obj | None) -> bool:

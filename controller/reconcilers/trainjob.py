@@ -227,6 +227,9 @@ class TrainJobReconciler(JobReconciler):
         if obs.disrupted:
             names = ", ".join(f"{p['metadata']['name']} ({disruption(p)})" for p in obs.disrupted)
             status["disruptions"] = int(status.get("disruptions") or 0) + len(obs.disrupted)
+            cut_short = jobset.disrupted_gpu_seconds(ctx.pods, obs, ctx.now)
+            if cut_short:
+                status["disruptedGPUSeconds"] = int(status.get("disruptedGPUSeconds") or 0) + cut_short
             metrics.jobs_disrupted.labels(info.namespace, _framework(info)).inc(len(obs.disrupted))
             message = (
                 f"TrainJob {info.name}: stopped by a disruption: {names}; restarting all pods, not counted"

@@ -48,7 +48,7 @@ from kubetrain import naming
 from kubetrain.controller import diagnosis
 from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, replica_labels
 from kubetrain.controller.plugins.gang import GangScheduler
-from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
+from kubetrain.controller.plugins.gpu import gpu_seconds, lopsided_gpu_warning
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import restarts, stalls
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
@@ -482,6 +482,10 @@ def _count_disruptions(d: Decision, obs: Observation) -> None:
     if not new:
         return
     status["disruptions"] = int(status.get("disruptions") or 0) + len(new)
+    stopped_at = min(parse_time(x.condition.get("lastTransitionTime")) or d.now for x in new)
+    cut_short = gpu_seconds([*(x.pod for x in new), *_peers_of_disrupted(obs, d.now)], stopped_at)
+    if cut_short:
+        status["disruptedGPUSeconds"] = int(status.get("disruptedGPUSeconds") or 0) + cut_short
     d.counters.append(("disrupted", len(new)))
     for x in new:
         message = (

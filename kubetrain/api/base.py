@@ -109,6 +109,14 @@ class KubetrainStatus(ApiModel):
         "they are recreated (a TrainJob restarts every pod) without counting toward the job's retry limit "
         "(a v1 job's runPolicy.backoffLimit, a TrainJob's failurePolicy.maxRestarts)",
     )
+    disrupted_gpu_seconds: int | None = Field(
+        None,
+        ge=0,
+        alias="disruptedGPUSeconds",
+        description="kubetrain: GPU-seconds of the pod runs disruptions cut short (the disrupted pods and "
+        "the peers stopped with them, each from its start to the disruption); the work since the last "
+        "checkpoint is what is done again, none when the training saves on SIGTERM",
+    )
     stalls: int | None = Field(
         None, ge=0, description="kubetrain: restarts because no progress was reported for the stall timeout"
     )

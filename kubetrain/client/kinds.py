@@ -198,6 +198,13 @@ def replica_counts(job: Obj) -> dict[str, dict[str, int]]:
     }
 
 
+def disruptions_line(status: Obj) -> str:
+    """``2 (preempted, evicted or drained; not failures; 960 GPU-seconds cut short)``."""
+    cut_short = status.get("disruptedGPUSeconds")
+    cost = f"; {cut_short} GPU-seconds cut short" if cut_short else ""
+    return f"{status.get('disruptions') or 0} (preempted, evicted or drained; not failures{cost})"
+
+
 def queue_of(job: Obj) -> str | None:
     """The Kueue LocalQueue the job was created in, if any."""
     queue: str | None = (job["metadata"].get("labels") or {}).get(naming.LABEL_KUEUE_QUEUE_NAME)
@@ -263,7 +270,7 @@ def status_line(job: Obj, *, waiting: str | None = None) -> str:
     if restarts:
         parts.append(f"restarts {restarts}")
     if status.get("disruptions"):
-        parts.append(f"disruptions {status['disruptions']} (preempted, evicted or drained; not failures)")
+        parts.append(f"disruptions {disruptions_line(status)}")
     checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report(job).get(
         "last_checkpoint"
     )

@@ -50,6 +50,10 @@ def test_the_line_names_the_state_the_replicas_and_the_restarts() -> None:
     assert status_line(running) == "PyTorchJob team/mnist: Running; Worker active 2; restarts 1"
     preempted = job(condition("Running"), restartCount=1, disruptions=2)
     assert status_line(preempted).endswith("; disruptions 2 (preempted, evicted or drained; not failures)")
+    costly = job(condition("Running"), disruptions=1, disruptedGPUSeconds=960)
+    assert status_line(costly).endswith(
+        "; disruptions 1 (preempted, evicted or drained; not failures; 960 GPU-seconds cut short)"
+    )
 
 
 def test_a_disruption_is_read_from_the_pods_disruption_target_condition() -> None:

@@ -168,6 +168,19 @@ def test_a_disrupted_pod_restarts_the_attempt_uncounted_unless_a_rule_names_disr
     assert peer in only(obs).live.values()
 
 
+def test_a_disruption_records_the_gpu_seconds_of_every_run_of_the_attempt_it_cut_short() -> None:
+    info = info_with({"backoffLimit": 0}, nodes=3)
+    pods = Pods(info)
+    evicted, peer, unstarted = pods.create(0), pods.create(1), pods.create(2)
+    for pod in (evicted, peer, unstarted):
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    pods.fail(evicted, 143, [{**condition, "lastTransitionTime": stamp(10)}])
+    evicted["status"]["startTime"], peer["status"]["startTime"] = stamp(100), stamp(40)
+    # Until the disruption 10 s ago: the evicted pod ran 90 s, its peer 30 s; the third never started.
+    assert jobset.disrupted_gpu_seconds(pods.pods, pods.observe(), NOW) == 8 * 90 + 8 * 30
+
+
 def test_backoff_limit_per_index_fails_an_index_and_the_job_once_every_index_finished() -> None:
     info = info_with({"backoffLimitPerIndex": 1})
     pods = Pods(info)

@@ -72,9 +72,11 @@ class Cluster:
         """What the kubelet reports for ``pod``: its phase, its container's exit code and restarts."""
         state: Obj = {"running": {}} if code is None else {"terminated": {"exitCode": code}}
         container = self.setup.framework.api.default_container
+        started = self.pods[pod].get("status", {}).get("startTime") or v1.rfc3339(self.now)
         self.pods[pod]["status"] = {
             "phase": phase,
             "containerStatuses": [{"name": container, "restartCount": restarts, "state": state}],
+            **({"startTime": started} if phase != "Pending" else {}),
         }
 
     def conditions(self) -> list[tuple[str, str, str]]:
@@ -355,6 +357,18 @@ def test_a_failed_delete_of_a_disrupted_pods_peer_is_retried_and_the_disruption_
     assert sorted(cluster.pods) == ["pre-master-0", "pre-worker-0"]
     assert cluster.pods["pre-master-0"]["metadata"]["uid"] != old_master
     assert cluster.job["status"]["restartCount"] == 0
+
+
+def test_a_disruption_records_the_gpu_seconds_it_cut_short_once() -> None:
+    cluster = running(pytorchjob("gpu", workers=1, gpus=8, run_policy={"backoffLimit": 0}))
+    cluster.step(99)  # the master and the worker have run 100 s on 8 GPUs each
+    _disrupt(cluster, "gpu-worker-0", deleted=False, reason="PreemptionByScheduler")
+    cluster.step(3)  # seen a little later: the disruption's own time counts
+    assert cluster.job["status"]["disruptedGPUSeconds"] == 2 * 8 * 100
+    again = cluster.step()
+    assert cluster.job["status"]["disruptedGPUSeconds"] == 1600 and not any(
+        counter == "disrupted" for counter, _ in again.counters
+    )  # counted once
 
 
 def test_an_evicted_pod_is_counted_once_while_it_terminates_and_new_pods_are_left_alone() -> None:
