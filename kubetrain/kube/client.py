@@ -4,7 +4,8 @@ Why raw dictionaries: deserialising every watch event into generated models is
 the known CPU hot spot of Python Kubernetes clients (thousands of pods), so
 the informers and reconcilers work on plain dicts and only this module talks
 HTTP. ``kubernetes_asyncio`` still does what is hard: kubeconfig and in-cluster
-auth, token refresh, TLS and the aiohttp session.
+auth, token refresh, TLS and the aiohttp session; ``kubetrain.kube.lean`` imports
+just those parts of it, not its generated API and models.
 
 Why a token bucket of our own: no Python Kubernetes client limits its own
 request rate, and a controller that bursts thousands of creates at startup is
@@ -28,14 +29,18 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
-from kubetrain.kube import errors, observer
+from kubetrain.kube import errors, lean, observer
 from kubetrain.kube.resources import Resource
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client as k8s_client
+    from kubernetes_asyncio import config as k8s_config
+else:  # the transport and kubeconfig loading only: see kubetrain.kube.lean
+    k8s_client, k8s_config = lean.load()
 
 Obj = dict[str, Any]
 
