@@ -53,7 +53,7 @@ from kubetrain.controller.reconcilers.indexedjob import (
 )
 from kubetrain.controller.reconcilers.observe import restart_count
 from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import Obj, PodPlugin, section
 from kubetrain.controller.trainer.policies.common import completion_index_env
 from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
 
@@ -125,7 +125,7 @@ def build_pod(
     metadata = template.get("metadata") or {}
     labels = pod_labels(info, pod_set, job_index, pod_index, attempt)
     jobset_keys = {k: v for k, v in labels.items() if k.startswith("jobset.sigs.k8s.io/")}
-    spec: Obj = template.get("spec") or {}
+    spec = section(template, "spec")
     spec.setdefault("restartPolicy", pod_set.restart_policy)
     if (info.jobset.get("spec", {}).get("network") or {}).get("enableDNSHostnames", True) is not False:
         spec["hostname"] = naming.trainjob_hostname(info.name, pod_set.name, job_index, pod_index)
