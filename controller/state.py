@@ -17,6 +17,12 @@ Obj = dict[str, Any]
 EnvVar = dict[str, Any]
 
 
+def section(obj: Obj, key: str) -> Obj:
+    """The object under ``key``: ``{}`` where it is absent or null, as the API server treats both."""
+    found: Obj = obj.get(key) or {}
+    return found
+
+
 @dataclass
 class Replica:
     """One replica type of a job (a replicated job of a TrainJob), with defaults applied.
@@ -54,8 +60,7 @@ class JobIdentity:
 
     @property
     def spec(self) -> Obj:
-        spec: Obj = self.job.get("spec") or {}
-        return spec
+        return section(self.job, "spec")
 
     @property
     def annotations(self) -> dict[str, str]:

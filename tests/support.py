@@ -223,6 +223,10 @@ class Jobs:
         """The job's pods that are not being deleted."""
         return [p for p in await self.pods(job) if not p.metadata.deletion_timestamp]
 
+    async def set_pod_status(self, pod: str, status: dict[str, Any]) -> None:
+        """Write a pod's status the way its kubelet reports it (kwok leaves hanging pods alone)."""
+        await self.core.patch_namespaced_pod_status(pod, self.namespace, {"status": status})
+
     async def services(self, job: str | None = None) -> list[client.V1Service]:
         selector = f"training.kubeflow.org/job-name={job}" if job else None
         listed = await self.core.list_namespaced_service(self.namespace, label_selector=selector)

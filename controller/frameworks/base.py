@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from kubetrain import naming
 from kubetrain.api.kinds import V1Kind
-from kubetrain.controller.state import EnvVar, JobIdentity, Obj, Replica
+from kubetrain.controller.state import EnvVar, JobIdentity, Obj, Replica, section
 
 
 @dataclass
@@ -31,8 +31,7 @@ class JobInfo(JobIdentity):
 
     @property
     def run_policy(self) -> Obj:
-        policy: Obj = self.spec.get("runPolicy") or {}
-        return policy
+        return section(self.spec, "runPolicy")
 
     @property
     def total_replicas(self) -> int:
@@ -154,7 +153,7 @@ class Framework:
 def job_info(job: Obj, framework: Framework) -> JobInfo:
     """Read a job's replica specs into a ``JobInfo`` with upstream's defaults, in the framework's order."""
     api = framework.api
-    raw: Obj = (job.get("spec") or {}).get(api.replica_field) or {}
+    raw = section(section(job, "spec"), api.replica_field)
     canonical = {t.lower(): t for t in api.replica_types}
     replicas: dict[str, Replica] = {}
     for key, spec in raw.items():

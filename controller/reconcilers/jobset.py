@@ -53,7 +53,7 @@ from kubetrain.controller.reconcilers.indexedjob import (
 )
 from kubetrain.controller.reconcilers.observe import restart_count
 from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import Obj, PodPlugin, section
 from kubetrain.controller.trainer.policies.common import completion_index_env
 from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
 
@@ -61,25 +61,18 @@ SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName
 
 
 # -- pods -----------------------------------------------------------------------------------------
-def pod_name(
-    info: TrainJobInfo,
-    pod_set: PodSet,
-    job_index: int,
-    pod_index: int,
-    *,
-    attempt: int,
-    retry: int,
-    ignored: int = 0,
-) -> str:
+def pod_name(info: TrainJobInfo, child: ChildJob, pod_index: int, *, attempt: int) -> str:
     """``<job>-<index>-<5 chars>``, like the Job controller's generateName, but deterministic.
 
     The suffix is derived from the TrainJob's uid, the restart attempt, the child Job's counted failures
-    (``retry``) and the index's ignored failures (a ``podFailurePolicy`` Ignore rule's, which do not
-    count), so a reconcile that runs twice on a stale cache can never create the same pod twice, and a
-    replacement never takes the name of its predecessor.
+    and the index's ignored failures (a ``podFailurePolicy`` Ignore rule's, which do not count), so a
+    reconcile that runs twice on a stale cache can never create the same pod twice, and a replacement
+    never takes the name of its predecessor.
     """
+    pod_set, job_index = child.pod_set, child.index
+    _, ignored = child.retry(pod_index)
     prefix = f"{naming.trainjob_job_name(info.name, pod_set.name, job_index)}-{pod_index}-"[:58]
-    seed = f"{info.uid}/{attempt}/{pod_set.name}/{job_index}/{pod_index}/{retry}"
+    seed = f"{info.uid}/{attempt}/{pod_set.name}/{job_index}/{pod_index}/{child.failures}"
     if ignored:
         seed += f"/ignored-{ignored}"
     number = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
@@ -123,23 +116,16 @@ def pod_labels(
 
 
 def build_pod(
-    info: TrainJobInfo,
-    pod_set: PodSet,
-    job_index: int,
-    pod_index: int,
-    *,
-    attempt: int,
-    retry: int,
-    plugins: Sequence[PodPlugin],
-    index_failures: tuple[int, int] = (0, 0),
+    info: TrainJobInfo, child: ChildJob, pod_index: int, *, attempt: int, plugins: Sequence[PodPlugin]
 ) -> Obj:
-    """Pod ``pod_index`` of child Job ``job_index`` of ``pod_set``; ``index_failures``: the failures and
-    ignored failures of its index so far, which it carries as the Job controller's annotations."""
+    """Pod ``pod_index`` of ``child``; it carries the failures and ignored failures of its index so far
+    as the Job controller's annotations."""
+    pod_set, job_index = child.pod_set, child.index
     template = copy.deepcopy(pod_set.template)
     metadata = template.get("metadata") or {}
     labels = pod_labels(info, pod_set, job_index, pod_index, attempt)
     jobset_keys = {k: v for k, v in labels.items() if k.startswith("jobset.sigs.k8s.io/")}
-    spec: Obj = template.get("spec") or {}
+    spec = section(template, "spec")
     spec.setdefault("restartPolicy", pod_set.restart_policy)
     if (info.jobset.get("spec", {}).get("network") or {}).get("enableDNSHostnames", True) is not False:
         spec["hostname"] = naming.trainjob_hostname(info.name, pod_set.name, job_index, pod_index)
@@ -152,9 +138,7 @@ def build_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(
-                info, pod_set, job_index, pod_index, attempt=attempt, retry=retry, ignored=index_failures[1]
-            ),
+            "name": pod_name(info, child, pod_index, attempt=attempt),
             "namespace": info.namespace,
             "labels": {**(metadata.get("labels") or {}), **labels},
             "annotations": {
@@ -168,10 +152,11 @@ def build_pod(
     }
     limits = Limits.of(pod_set)
     if limits.per_index is not None or limits.pod_failure_policy is not None:
+        failures, ignored = child.retry(pod_index)
         pod["metadata"]["annotations"].update(
             {
-                naming.JOB_INDEX_FAILURE_COUNT: str(index_failures[0]),
-                naming.JOB_INDEX_IGNORED_FAILURE_COUNT: str(index_failures[1]),
+                naming.JOB_INDEX_FAILURE_COUNT: str(failures),
+                naming.JOB_INDEX_IGNORED_FAILURE_COUNT: str(ignored),
             }
         )
     if metadata.get("finalizers"):

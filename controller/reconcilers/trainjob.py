@@ -342,18 +342,7 @@ class TrainJobReconciler(JobReconciler):
             if child.complete or not jobset.depends_on_met(info, child.pod_set, obs):
                 continue
             for index in child.missing():
-                creates.append(
-                    jobset.build_pod(
-                        info,
-                        child.pod_set,
-                        child.index,
-                        index,
-                        attempt=attempt,
-                        retry=child.failures,
-                        plugins=plugins,
-                        index_failures=child.retry(index),
-                    )
-                )
+                creates.append(jobset.build_pod(info, child, index, attempt=attempt, plugins=plugins))
         if creates:
             await self._prepare(info, ctx.gang)
         outcomes = await asyncio.gather(

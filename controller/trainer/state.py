@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
-from kubetrain.controller.state import JobIdentity, Obj, Replica
+from kubetrain.controller.state import JobIdentity, Obj, Replica, section
 from kubetrain.kube.resources import Resource
 
 TRAINER = "trainer"
@@ -89,13 +89,11 @@ class TrainJobInfo(JobIdentity):
     # -- what pod plugins (checkpoint, GPU, gang) read, beside the job's identity -------------------
     @property
     def runtime_spec(self) -> Obj:
-        spec: Obj = self.runtime.get("spec") or {}
-        return spec
+        return section(self.runtime, "spec")
 
     @property
     def ml_policy(self) -> Obj:
-        policy: Obj = self.runtime_spec.get("mlPolicy") or {}
-        return policy
+        return section(self.runtime_spec, "mlPolicy")
 
     @property
     def replicas(self) -> dict[str, Replica]:

@@ -353,13 +353,13 @@ async def _act_as_kubelet_restarting_the_worker(jobs: Jobs, name: str) -> None:
     worker = f"{name}-worker-0"
     for count in (1, 2):
         await _until_running(jobs, worker)
-        status = {"status": {"containerStatuses": [_container("pytorch", count, running=True)]}}
-        await persistently(lambda s=status: jobs.core.patch_namespaced_pod_status(worker, jobs.namespace, s))
+        status = {"containerStatuses": [_container("pytorch", count, running=True)]}
+        await persistently(lambda s=status: jobs.set_pod_status(worker, s))
         await asyncio.sleep(1)
     master = f"{name}-master-0"
     await _until_running(jobs, master)
-    done = {"status": {"phase": "Succeeded", "containerStatuses": [_container("pytorch", 0, running=False)]}}
-    await persistently(lambda: jobs.core.patch_namespaced_pod_status(master, jobs.namespace, done))
+    done = {"phase": "Succeeded", "containerStatuses": [_container("pytorch", 0, running=False)]}
+    await persistently(lambda: jobs.set_pod_status(master, done))
 
 
 async def _until_running(jobs: Jobs, pod: str) -> None:

@@ -78,12 +78,7 @@ def every_try_of_one_delete_fails(fault_proxy: FaultProxy, pod: str) -> Rule:
 
 
 async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restart_twice(
-    fault_proxy: FaultProxy,
-    proxied_controller: StartController,
-    jobs: Jobs,
-    core: client.CoreV1Api,
-    namespace: str,
-    history: PodHistory,
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs, history: PodHistory
 ) -> None:
     unavailable = every_try_of_one_delete_fails(fault_proxy, "flaky-worker-0")
     await proxied_controller()
@@ -98,23 +93,20 @@ async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restar
     )
     [worker] = [p for p in await jobs.wait_pods("flaky", 2, phase="Running") if "worker" in p.metadata.name]
     # The kubelet reports the worker OOM-killed: exit code 137 recreates it, one restart.
-    await core.patch_namespaced_pod_status(
+    await jobs.set_pod_status(
         worker.metadata.name,
-        namespace,
         {
-            "status": {
-                "phase": "Failed",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "image": "example.com/train:1",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
-                    }
-                ],
-            }
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "image": "example.com/train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                }
+            ],
         },
     )
 
@@ -134,12 +126,7 @@ async def test_a_failed_pod_delete_neither_freezes_the_job_nor_counts_its_restar
 
 
 async def test_a_failed_delete_of_a_disrupted_pods_peers_neither_counts_it_twice_nor_leaves_them(
-    fault_proxy: FaultProxy,
-    proxied_controller: StartController,
-    jobs: Jobs,
-    core: client.CoreV1Api,
-    namespace: str,
-    history: PodHistory,
+    fault_proxy: FaultProxy, proxied_controller: StartController, jobs: Jobs, history: PodHistory
 ) -> None:
     # The disruption is counted in the status first, then the running peers are deleted; the first
     # DELETE of the master fails, so the pass ends there.
@@ -150,9 +137,7 @@ async def test_a_failed_delete_of_a_disrupted_pods_peers_neither_counts_it_twice
     master, worker = sorted(pods, key=lambda p: "worker" in p.metadata.name)
     # What the scheduler leaves on a pod it preempts.
     disruption = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
-    await core.patch_namespaced_pod_status(
-        worker.metadata.name, namespace, {"status": {"phase": "Failed", "conditions": [disruption]}}
-    )
+    await jobs.set_pod_status(worker.metadata.name, {"phase": "Failed", "conditions": [disruption]})
 
     async def both_replaced() -> bool:
         live = {p.metadata.name: p for p in await jobs.pods("evicted") if p.status.phase == "Running"}

@@ -55,17 +55,17 @@ def _walk(node: Any, path: str = "") -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("info", crdgen.crd_infos(), ids=lambda i: i.kind)
+@pytest.mark.parametrize("info", crdgen.crd_infos(), ids=lambda i: i.api_kind.kind)
 def test_crd_schema_is_structural_and_names_its_kind(info: crdgen.CrdInfo) -> None:
-    document = _document(f"{info.group}_{info.plural}.yaml")
+    document = _document(f"{info.api_kind.group}_{info.api_kind.plural}.yaml")
     version = document["spec"]["versions"][0]
     assert _walk(version["schema"]["openAPIV3Schema"]) == []
-    assert document["spec"]["names"]["kind"] == info.kind
+    assert document["spec"]["names"]["kind"] == info.api_kind.kind
     assert version["additionalPrinterColumns"][0]["name"] in ("State", "Framework")
 
 
 def test_every_job_kind_is_in_the_kubeflow_category() -> None:
-    in_category = {i.kind for i in crdgen.crd_infos() if "kubeflow" in i.categories}
+    in_category = {i.api_kind.kind for i in crdgen.crd_infos() if "kubeflow" in i.categories}
     assert in_category == {k.kind for k in kinds.JOBS}
 
 
@@ -81,7 +81,7 @@ def test_pod_template_schema_comes_from_the_api_server_openapi() -> None:
 
 def _schema(info: crdgen.CrdInfo) -> dict[str, Any]:
     """The generated openAPIV3Schema of one CRD (parsed once; read it, never change it)."""
-    document = _document(f"{info.group}_{info.plural}.yaml")
+    document = _document(f"{info.api_kind.group}_{info.api_kind.plural}.yaml")
     schema: dict[str, Any] = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
 
@@ -96,7 +96,7 @@ def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     return node
 
 
-_INFOS = {info.kind: info for info in crdgen.crd_infos()}
+_INFOS = {info.api_kind.kind: info for info in crdgen.crd_infos()}
 _BOUNDED = [
     *((kind.kind, f"{kind.replica_path}.*.replicas") for kind in kinds.V1_JOBS),
     ("PyTorchJob", "spec.elasticPolicy.minReplicas"),

@@ -17,6 +17,7 @@ from kubetrain.controller import frameworks
 from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.reconcilers import children, jobset
+from kubetrain.controller.reconcilers.indexedjob import ChildJob
 from kubetrain.controller.trainer.build import build
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
@@ -54,7 +55,7 @@ def trainjob_pods(labels: dict[str, str]) -> list[dict[str, Any]]:
     info = build(job, yaml.safe_load((RUNTIMES / "torch-distributed.yaml").read_text()))
     [pod_set] = info.pod_sets
     return [
-        jobset.build_pod(info, pod_set, 0, index, attempt=0, retry=0, plugins=[CheckpointPlugin()])
+        jobset.build_pod(info, ChildJob(pod_set, 0), index, attempt=0, plugins=[CheckpointPlugin()])
         for index in range(2)
     ]
 

@@ -55,17 +55,8 @@ class Pods:
         self.pods: list[dict[str, Any]] = []
 
     def create(self, index: int, *, child: ChildJob | None = None, age: float = 10) -> dict[str, Any]:
-        counts = child.retry(index) if child else (0, 0)
-        retry = child.failures if child else 0
         pod = jobset.build_pod(
-            self.info,
-            self.info.pod_sets[0],
-            0,
-            index,
-            attempt=0,
-            retry=retry,
-            plugins=[],
-            index_failures=counts,
+            self.info, child or ChildJob(self.info.pod_sets[0], 0), index, attempt=0, plugins=[]
         )
         assert all(p["metadata"]["name"] != pod["metadata"]["name"] for p in self.pods), "a name taken twice"
         pod["metadata"]["uid"] = pod["metadata"]["name"]
@@ -292,7 +283,7 @@ def test_with_a_failure_policy_but_no_matching_rule_the_job_set_restarts_up_to_m
 def test_the_coordinator_and_group_name_label_every_pod_as_jobset_does() -> None:
     info = info_with(coordinator={"replicatedJob": "node", "podIndex": 1})
     info.pod_sets[0].group = "workers"
-    pod = jobset.build_pod(info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[])
+    pod = jobset.build_pod(info, ChildJob(info.pod_sets[0], 0), 0, attempt=0, plugins=[])
     labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
     assert labels["jobset.sigs.k8s.io/coordinator"] == "mnist-node-0-1.mnist"
     assert annotations["jobset.sigs.k8s.io/coordinator"] == "mnist-node-0-1.mnist"

@@ -16,6 +16,7 @@ from kubetrain.controller import frameworks
 from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import children, jobset
+from kubetrain.controller.reconcilers.indexedjob import ChildJob
 from kubetrain.controller.state import JobIdentity
 from kubetrain.controller.statusserver.authz import (
     POD_NAME_EXTRA,
@@ -183,7 +184,7 @@ def test_only_a_trainjobs_trainer_pods_get_it_not_its_initializers() -> None:
     info = build(job, yaml.safe_load((RUNTIMES / "torchtune-llama3.2-1b.yaml").read_text()))
     urls = {}
     for pod_set in info.pod_sets:
-        built = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=0, plugins=[PLUGIN])
+        built = jobset.build_pod(info, ChildJob(pod_set, 0), 0, attempt=0, plugins=[PLUGIN])
         urls[pod_set.name] = env_of(built["spec"]["containers"][0]).get(naming.ENV_TRAINER_SERVER_URL)
     assert urls.pop("node") == "https://controller.example:8082" + TRAINJOB_PATH
     assert urls and not any(urls.values()), urls

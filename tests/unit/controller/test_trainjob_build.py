@@ -12,6 +12,7 @@ import yaml
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers.indexedjob import ChildJob
 from kubetrain.controller.trainer.build import build
 from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
 from tests.support import runtime_patch
@@ -237,7 +238,7 @@ def torch_info(nodes: int = 2, **spec: Any) -> TrainJobInfo:
 
 def test_pods_carry_the_identity_jobset_and_the_job_controller_give_them() -> None:
     info = torch_info()
-    pod = jobset.build_pod(info, info.pod_sets[0], 0, 1, attempt=0, retry=0, plugins=[])
+    pod = jobset.build_pod(info, ChildJob(info.pod_sets[0], 0), 1, attempt=0, plugins=[])
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"].startswith("mnist-node-0-1-") and len(meta["name"]) == len("mnist-node-0-1-") + 5
     assert (spec["hostname"], spec["subdomain"]) == ("mnist-node-0-1", "mnist")
@@ -258,17 +259,20 @@ def test_pods_carry_the_identity_jobset_and_the_job_controller_give_them() -> No
 def test_pod_names_are_deterministic_per_attempt_and_retry() -> None:
     info = torch_info()
     pod_set = info.pod_sets[0]
-    names = {jobset.pod_name(info, pod_set, 0, 0, attempt=a, retry=r) for a in range(3) for r in range(3)}
+    names = {
+        jobset.pod_name(info, ChildJob(pod_set, 0, failures=r), 0, attempt=a)
+        for a in range(3)
+        for r in range(3)
+    }
     assert len(names) == 9
-    assert jobset.pod_name(info, pod_set, 0, 0, attempt=1, retry=2) == jobset.pod_name(
-        info, pod_set, 0, 0, attempt=1, retry=2
-    )
+    child = ChildJob(pod_set, 0, failures=2)
+    assert jobset.pod_name(info, child, 0, attempt=1) == jobset.pod_name(info, child, 0, attempt=1)
 
 
 def test_the_checkpoint_contract_reaches_trainjob_pods() -> None:
     job = trainjob({"trainer": {"numNodes": 1}}, annotations={"kubetrain.dev/checkpoint-dir": "/ckpt"})
     info = build(job, runtime("torch-distributed"))
-    pod = jobset.build_pod(info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=[CheckpointPlugin()])
+    pod = jobset.build_pod(info, ChildJob(info.pod_sets[0], 0), 0, attempt=0, plugins=[CheckpointPlugin()])
     env = env_of(pod["spec"]["containers"][0])
     assert env["KUBETRAIN_CHECKPOINT_DIR"] == "/ckpt"
     assert {"name": "kubetrain-checkpoints", "emptyDir": {}} in pod["spec"]["volumes"]
@@ -290,7 +294,7 @@ def fake_pod(
 ) -> dict[str, Any]:
     found = info.pod_set(pod_set)
     assert found is not None
-    pod = jobset.build_pod(info, found, 0, index, attempt=attempt, retry=0, plugins=[])
+    pod = jobset.build_pod(info, ChildJob(found, 0), index, attempt=attempt, plugins=[])
     pod["metadata"]["uid"] = pod["metadata"]["name"]
     pod["status"] = {
         "phase": phase,
@@ -350,16 +354,16 @@ def test_failures_are_counted_once_and_survive_the_failed_pod_being_garbage_coll
 def test_a_replacement_pod_never_takes_the_name_of_a_pod_that_still_exists() -> None:
     info = torch_info()
     pod_set = info.pod_sets[0]
-    first = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=0, plugins=[])
+    first = jobset.build_pod(info, ChildJob(pod_set, 0), 0, attempt=0, plugins=[])
     first["metadata"]["uid"] = "first"
     first["status"] = {"phase": "Failed", "containerStatuses": []}
     obs = jobset.observe(info, [first], 0, job_failures={}, counted={})
     [child] = obs.jobs
-    replacement = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=child.failures, plugins=[])
+    replacement = jobset.build_pod(info, child, 0, attempt=0, plugins=[])
     assert replacement["metadata"]["name"] != first["metadata"]["name"]
     # Even when an earlier failed pod of that index was garbage-collected meanwhile.
     later = jobset.observe(info, [first], 0, job_failures={"node-0": 5}, counted={"first": 1})
-    again = jobset.build_pod(info, pod_set, 0, 0, attempt=0, retry=later.jobs[0].failures, plugins=[])
+    again = jobset.build_pod(info, later.jobs[0], 0, attempt=0, plugins=[])
     assert again["metadata"]["name"] not in {first["metadata"]["name"], replacement["metadata"]["name"]}
 
 
@@ -525,7 +529,7 @@ def gang_pod(
     gang = trainjob_gang(info.gang_policy, None)
     assert gang is not None
     plugins = [TrainJobGangPlugin(gang)]
-    return info, jobset.build_pod(info, info.pod_sets[0], 0, 0, attempt=0, retry=0, plugins=plugins)
+    return info, jobset.build_pod(info, ChildJob(info.pod_sets[0], 0), 0, attempt=0, plugins=plugins)
 
 
 @pytest.mark.parametrize("scheduler_name", [None, "my-scheduler"])
