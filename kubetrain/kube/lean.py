@@ -22,6 +22,7 @@ first attribute asked of it, and importing a submodule asks for ``__path__``.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 import types
@@ -37,7 +38,7 @@ class _Deferred(types.ModuleType):
     is one of its submodules (``from package import submodule`` asks the package first)."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self.__dict__.get("_kubetrain_complete"):
+        if self.__dict__.get("_kubetrain_complete"):
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         folder = Path(self.__dict__["__path__"][0])
         if (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file():
@@ -66,6 +67,13 @@ def load() -> tuple[Any, Any]:
             parent, _, child = name.rpartition(".")
             if parent:
                 setattr(sys.modules[parent], child, module)
+        # The top package's __init__ sets these two, then imports its subpackages (served above, each
+        # when asked for): so it never needs to run, and a subpackage that imports the package's
+        # version while the rest of the package is not loaded yet (kubernetes_asyncio.dynamic does)
+        # gets it without running that __init__ in the middle of its own import.
+        top = sys.modules[PACKAGE]
+        setattr(top, "__project__", PACKAGE)  # noqa: B010 - names a module type does not declare
+        setattr(top, "__version__", importlib.metadata.version(PACKAGE))  # noqa: B010
         client = sys.modules[f"{PACKAGE}.client"]
         for submodule, names in (
             ("configuration", ("Configuration",)),

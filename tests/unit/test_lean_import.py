@@ -8,6 +8,7 @@ import sys
 
 CHECK = """
 import sys
+import kubetrain.cli  # what the image runs: kubetrain controller run
 import kubetrain.controller.main
 loaded = sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio"))
 assert len(loaded) < 40 and not any(".models." in m or ".api." in m for m in loaded), loaded
@@ -18,6 +19,8 @@ assert ApiException is raised and client.ApiException is raised
 assert client.V1Pod(metadata=client.V1ObjectMeta(name="p")).metadata.name == "p"
 assert CoreV1Api is client.CoreV1Api and watch.Watch and config.load_kube_config
 from kubetrain.client import AsyncJobClient, JobClient
+from kubernetes_asyncio import __version__  # what its package __init__ sets, as any name it defines
+from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 print("ok", len(loaded))
 """
 
