@@ -29,7 +29,9 @@ def run_command(
     workers: Annotated[
         int, typer.Option("--workers", "--controller-threads", min=1, help="Concurrent reconciles per kind.")
     ] = 4,
-    kube_api_qps: Annotated[float, typer.Option(help="Client-side request rate limit (0 disables).")] = 50.0,
+    kube_api_qps: Annotated[
+        float, typer.Option(help="Client-side request rate limit for each API kind (0 disables).")
+    ] = 50.0,
     kube_api_burst: Annotated[int, typer.Option(help="Client-side burst above the rate limit.")] = 100,
     leader_elect: Annotated[bool, typer.Option(help="Elect a leader through a Lease before acting.")] = False,
     leader_election_id: Annotated[str, typer.Option(help="Name of the Lease.")] = "kubetrain-controller",

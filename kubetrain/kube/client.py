@@ -7,10 +7,11 @@ HTTP. ``kubernetes_asyncio`` still does what is hard: kubeconfig and in-cluster
 auth, token refresh, TLS and the aiohttp session; ``kubetrain.kube.lean`` imports
 just those parts of it, not its generated API and models.
 
-Why a token bucket of our own: no Python Kubernetes client limits its own
+Why token buckets of our own: no Python Kubernetes client limits its own
 request rate, and a controller that bursts thousands of creates at startup is
 what API Priority and Fairness then throttles for everyone. ``--kube-api-qps``
-and ``--kube-api-burst`` bound it here, as client-go does for Go controllers.
+and ``--kube-api-burst`` bound it here, as client-go does for Go controllers:
+per API kind, as a controller-runtime client's REST clients do.
 Server-side throttling (429) and transient 5xx answers are retried with
 ``Retry-After`` honoured, unless a call asks for a single attempt (``retries=0``,
 as the lease calls of leader election do: a hidden retry would outlast the
@@ -90,6 +91,42 @@ class TokenBucket:
         return wait
 
 
+def limited_kind(path: str) -> str:
+    """The API kind a request path is for (``v1/pods``, ``kubeflow.org/v1/pytorchjobs``): its
+    subresources (``/status``, ``/log``) and its namespace do not change it."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group_version, rest = parts[1:2], parts[2:]
+    else:
+        group_version, rest = parts[1:3], parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]  # a namespaced resource; "namespaces" alone or with a name is the Namespace kind
+    return "/".join([*group_version, *rest[:1]])
+
+
+class RateLimits:
+    """A token bucket per API kind, each of ``qps`` and ``burst``; ``qps <= 0`` disables them.
+
+    What a controller-runtime operator's client does (one REST client per kind, each with a client-go
+    rate limiter of its own), so ``--kube-api-qps`` means for kubetrain what it means for the upstream
+    operator: the pods a job needs are created at QPS while its services and its status writes go at
+    the same pace beside them, instead of each waiting for the other.
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def of(self, path: str) -> TokenBucket:
+        kind = limited_kind(path)
+        bucket = self._buckets.get(kind)
+        if bucket is None:
+            bucket = self._buckets[kind] = TokenBucket(self.qps, self.burst, self._clock)
+        return bucket
+
+
 class KubeClient:
     """Raw-JSON verbs over one authenticated session.
 
@@ -99,7 +136,7 @@ class KubeClient:
 
     def __init__(self, api: k8s_client.ApiClient, *, qps: float = 0, burst: int = 0) -> None:
         self.api = api
-        self.limiter = TokenBucket(qps, burst)
+        self.limits = RateLimits(qps, burst)
         self.write_guard: WriteGuard | None = None
         self._owns_session = True
 
@@ -107,7 +144,7 @@ class KubeClient:
         """A client on the same session and write guard, with a rate limiter of its own (same QPS and
         burst): what client-go's event recorder gets, so Events never eat the budget of the writes that
         do the work. Closing it leaves the session open; the client it came from owns that."""
-        sibling = KubeClient(self.api, qps=self.limiter.qps, burst=self.limiter.burst)
+        sibling = KubeClient(self.api, qps=self.limits.qps, burst=self.limits.burst)
         sibling._owns_session = False
         sibling.write_guard = lambda: self.write_guard() if self.write_guard is not None else None
         return sibling
@@ -149,7 +186,7 @@ class KubeClient:
             if v is not None
         ]
         for attempt in range(retries + 1):
-            await self.limiter.acquire()
+            await self.limits.of(path).acquire()
             if method in MUTATING and self.write_guard is not None:
                 refused = self.write_guard()  # checked after any wait for the rate limiter
                 if refused is not None:

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from kubetrain import quantity
-from kubetrain.kube.client import KubeClient, TokenBucket
+from kubetrain.kube.client import KubeClient, RateLimits, TokenBucket, limited_kind
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
 from tests.support import FakeClock
@@ -49,13 +49,31 @@ def test_token_bucket_allows_a_burst_then_spaces_requests_at_qps() -> None:
     assert bucket.reserve() == 0, "the bucket refills (up to the burst) while idle"
 
 
+def test_each_api_kind_has_a_budget_of_its_own_as_in_a_controller_runtime_client() -> None:
+    assert limited_kind("/api/v1/namespaces/team/pods") == "v1/pods"
+    assert limited_kind("/api/v1/namespaces/team/pods/p-0/log?follow=true") == "v1/pods"
+    assert (
+        limited_kind("/apis/kubeflow.org/v1/namespaces/team/pytorchjobs/j/status")
+        == "kubeflow.org/v1/pytorchjobs"
+    )
+    assert limited_kind("/api/v1/nodes/n1") == "v1/nodes"
+    assert limited_kind("/api/v1/namespaces/team") == limited_kind("/api/v1/namespaces") == "v1/namespaces"
+    limits = RateLimits(qps=10, burst=2, clock=FakeClock())
+    pods = limits.of("/api/v1/namespaces/a/pods")
+    assert [pods.reserve() for _ in range(3)][-1] > 0, "the pods' bucket is spent"
+    assert limits.of("/api/v1/namespaces/b/pods/x") is pods, "one bucket for the kind, in every namespace"
+    assert limits.of("/api/v1/namespaces/a/services").reserve() == 0, "services do not wait for pods"
+    assert limits.of("/apis/kubeflow.org/v1/namespaces/a/pytorchjobs/j/status").reserve() == 0
+
+
 def test_events_get_a_budget_of_their_own_and_the_same_write_guard() -> None:
     kube = KubeClient(object(), qps=10, burst=3)  # type: ignore[arg-type]
     events = kube.with_own_budget()
-    assert (events.limiter.qps, events.limiter.burst) == (10, 3)
-    assert [kube.limiter.reserve() for _ in range(3)] == [0, 0, 0]
-    assert kube.limiter.reserve() > 0, "the work's bucket is spent"
-    assert events.limiter.reserve() == 0, "an Event does not wait for the work's bucket"
+    assert (events.limits.qps, events.limits.burst) == (10, 3)
+    work = kube.limits.of("/api/v1/namespaces/a/events")
+    assert [work.reserve() for _ in range(3)] == [0, 0, 0]
+    assert work.reserve() > 0, "the work's bucket is spent"
+    assert events.limits.of("/api/v1/namespaces/a/events").reserve() == 0, "an Event does not wait for it"
     assert events.write_guard is not None and events.write_guard() is None
     kube.write_guard = lambda: "fenced"
     assert events.write_guard() == "fenced", "a guard set later (leader election) fences Events too"
