@@ -2,7 +2,7 @@
 
 The controller talks HTTP through ``ApiClient.call_api`` and raw JSON (``kubetrain.kube.client``): it
 never uses the generated API classes or models. But ``kubernetes_asyncio``'s package ``__init__``
-files import all of them, 859 modules, about 60 MiB of memory in every controller process, and a
+files import all of them, 859 modules, about 30 MiB of memory in every controller process, and a
 second of start-up, for nothing. What the controller needs lives in a handful of modules
 (``client.api_client``, ``client.configuration``, ``client.rest``, ``client.exceptions`` and the
 ``config`` package) that do not need the rest.
