@@ -10,9 +10,6 @@ it is reported as a warning on the job.
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
-
 from kubetrain import naming, quantity
 from kubetrain.controller.frameworks.base import JobInfo
 from kubetrain.controller.state import JobView, Obj
@@ -26,19 +23,6 @@ def gpus_requested(template: Obj) -> int:
         values = [resources.get(kind, {}).get(naming.GPU_RESOURCE) for kind in ("limits", "requests")]
         total += max((quantity.ceil(v) for v in values if v is not None), default=0)
     return total
-
-
-def gpu_seconds(pods: Iterable[Obj], until: dt.datetime) -> int:
-    """GPU-seconds the pods had run by ``until``: each started pod's GPUs times the seconds since its
-    ``startTime``. What a disruption cut short: the runs it stopped (the disrupted pods and the peers
-    stopped with them), whose work since their last checkpoint is done again."""
-    total = 0.0
-    for pod in pods:
-        started = (pod.get("status") or {}).get("startTime")
-        if started:
-            since = dt.datetime.fromisoformat(str(started).replace("Z", "+00:00"))
-            total += gpus_requested(pod) * max((until - since).total_seconds(), 0.0)
-    return round(total)
 
 
 def lopsided_gpu_warning(info: JobInfo) -> str | None:

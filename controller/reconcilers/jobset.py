@@ -38,7 +38,6 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.client.kinds import disruption_condition
-from kubetrain.controller.plugins.gpu import gpu_seconds
 from kubetrain.controller.reconcilers import restarts
 from kubetrain.controller.reconcilers.indexedjob import (
     FAIL_INDEX,
@@ -52,7 +51,7 @@ from kubetrain.controller.reconcilers.indexedjob import (
     judge_failed_pod,
 )
 from kubetrain.controller.reconcilers.observe import restart_count
-from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
+from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339
 from kubetrain.controller.state import Obj, PodPlugin, section
 from kubetrain.controller.trainer.policies.common import completion_index_env
 from kubetrain.controller.trainer.state import PodSet, TrainJobInfo

@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, Unpack
 
 from kubetrain import naming
 from kubetrain.controller import metrics
 from kubetrain.controller.plugins.gang import GangScheduler
+from kubetrain.controller.plugins.gpu import gpus_requested
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers
@@ -63,6 +64,18 @@ def seconds_left(since: dt.datetime | None, seconds: int | str | None, now: dt.d
     if since is None or seconds is None:
         return None
     return max(0.0, (since - now).total_seconds() + int(seconds))
+
+
+def gpu_seconds(pods: Iterable[Obj], until: dt.datetime) -> int:
+    """GPU-seconds the pods had run by ``until``: each started pod's GPUs times the seconds since its
+    ``startTime``. What a disruption cut short: the runs it stopped (the disrupted pods and the peers
+    stopped with them), whose work since their last checkpoint is done again."""
+    total = 0.0
+    for pod in pods:
+        since = parse_time((pod.get("status") or {}).get("startTime"))
+        if since is not None:
+            total += gpus_requested(pod) * max((until - since).total_seconds(), 0.0)
+    return round(total)
 
 
 @dataclass

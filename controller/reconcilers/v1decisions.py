@@ -48,7 +48,7 @@ from kubetrain import naming
 from kubetrain.controller import diagnosis
 from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, replica_labels
 from kubetrain.controller.plugins.gang import GangScheduler
-from kubetrain.controller.plugins.gpu import gpu_seconds, lopsided_gpu_warning
+from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import restarts, stalls
 from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
@@ -60,7 +60,7 @@ from kubetrain.controller.reconcilers.observe import (
     observe,
     rank0_report,
 )
-from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339, seconds_left
+from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339, seconds_left
 from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube.events import NORMAL, WARNING
 
