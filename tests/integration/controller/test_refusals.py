@@ -100,8 +100,10 @@ async def test_a_replacement_pod_never_takes_the_name_of_a_failed_pod_that_is_st
     await jobs.create(trainjob("gc", "torch"))
 
     async def live_pod() -> client.V1Pod | None:
+        # Running, not Pending: a pod failed while kwok's start is still due would be set Running again.
         pods = [p for p in await jobs.trainjob_pods("gc") if p.status.phase in ("Pending", "Running")]
-        return pods[0] if len(pods) == 1 else None
+        running = len(pods) == 1 and pods[0].status.phase == "Running"
+        return pods[0] if running else None
 
     async def fail(pod: client.V1Pod) -> None:
         status = {
