@@ -119,7 +119,7 @@ async def test_a_replacement_pod_never_takes_the_name_of_a_failed_pod_that_is_st
                 }
             ],
         }
-        await core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": status})
+        await jobs.set_pod_status(pod.metadata.name, status)
 
     first = await eventually(live_pod, what="the first pod")
     await fail(first)
