@@ -151,6 +151,7 @@ def managed_by_values(upstream: str) -> tuple[str, ...]:
 
 
 # -- the dev cluster's process node --------------------------------------------------------------
+PROCESS_NODE: Final = "kubetrain-process-node"  # its node name
 LABEL_PROCESS_NODE: Final = "kubetrain.dev/process-node"  # also the key of its taint
 # Label of every simulated (kwok) node, and the key of their taint on a cluster whose process node is
 # the default node (`kubetrain dev up --process-node-default`).

@@ -25,6 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kubetrain import naming
 from kubetrain.devcluster import build, kueue, nodes, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
@@ -143,7 +144,7 @@ COMPONENTS = (
 )
 # Ports of a component beside the one its health is probed on (``ClusterState.ports``).
 KUEUE_PORTS = ("kueue-webhook", "kueue-metrics")
-PROCESS_NODE = "kubetrain-process-node"
+PROCESS_NODE = naming.PROCESS_NODE
 
 
 def _free_port() -> int:

@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kubetrain import naming
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -38,7 +40,7 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("scheduler", "system:kube-scheduler"),
     Identity("controller-manager", "system:kube-controller-manager"),
     Identity("kwok", "kubetrain:kwok", ("system:masters",)),
-    Identity("process-node", "system:node:kubetrain-process-node", ("system:nodes",)),
+    Identity("process-node", f"system:node:{naming.PROCESS_NODE}", ("system:nodes",)),
     Identity("provisioner", "kubetrain:local-provisioner", ("system:masters",)),
     Identity("kueue", "kubetrain:kueue", ("system:masters",)),
 )

@@ -5,7 +5,9 @@ default storage class with a hostPath volume under ``<cluster state>/volumes/<ns
 kube-controller-manager binds the two; when the claim is deleted, the volume and its directory go.
 It runs as a component of its own (``kubetrain dev up`` starts it), so claims bind whether or not
 the process node runs: the pods of upstream examples that mount a claim are only scheduled, also on
-the simulated nodes, once it is bound. ``/healthz`` answers 200 once its caches are synced.
+the simulated nodes, once it is bound. The same process removes the simulated nodes' terminating
+pods (``podfinalizer``), the other thing the dev cluster does beside its nodes whatever runs.
+``/healthz`` answers 200 once both have synced their caches.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from kubetrain import naming
+from kubetrain.devcluster.podfinalizer import PodFinalizer
 from kubetrain.devcluster.process import run_until_stopped
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.errors import APIConflictError
@@ -126,11 +129,12 @@ class Provisioner:
                 log.info("deleted %s: its claim is gone", pv["spec"]["hostPath"]["path"])
 
 
-async def serve_health(provisioner: Provisioner, port: int) -> web.AppRunner:
-    """``GET /healthz`` on 127.0.0.1:``port``: 200 once the provisioner's caches are synced."""
+async def serve_health(provisioner: Provisioner, finalizer: PodFinalizer, port: int) -> web.AppRunner:
+    """``GET /healthz`` on 127.0.0.1:``port``: 200 once the provisioner's and finalizer's caches are synced."""
 
     async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok") if provisioner.synced.is_set() else web.Response(status=503)
+        synced = provisioner.synced.is_set() and finalizer.pods.has_synced
+        return web.Response(text="ok") if synced else web.Response(status=503)
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -142,9 +146,13 @@ async def serve_health(provisioner: Provisioner, port: int) -> web.AppRunner:
 
 async def run(kubeconfig: str, root: Path, port: int) -> None:
     kube = await KubeClient.from_kubeconfig(kubeconfig)
-    provisioner = Provisioner(kube, root)
-    runner = await serve_health(provisioner, port)
-    await run_until_stopped(provisioner.run())
+    provisioner, finalizer = Provisioner(kube, root), PodFinalizer(kube)
+    runner = await serve_health(provisioner, finalizer, port)
+
+    async def both() -> None:
+        await asyncio.gather(provisioner.run(), finalizer.run())
+
+    await run_until_stopped(both())
     await runner.cleanup()
     await kube.close()
 

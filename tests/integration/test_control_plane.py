@@ -13,6 +13,8 @@ from kubernetes_asyncio import client
 from kubetrain.devcluster import build
 from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, DevCluster
 from kubetrain.devcluster.nodes import GPU_RESOURCE
+from kubetrain.devcluster.podfinalizer import PodFinalizer
+from kubetrain.kube.client import KubeClient
 from tests.docs_commands import run_documented, shell_env
 
 
@@ -204,3 +206,29 @@ def test_claims_bind_on_a_cluster_without_the_process_node(tmp_path: Path) -> No
             )
     finally:
         cluster.down()
+
+
+async def test_a_simulated_node_removes_a_deleted_pod_and_a_late_removal_spares_its_replacement(
+    core: client.CoreV1Api, namespace: str, kubeconfig: Path
+) -> None:
+    """The final delete of a terminating pod names its uid, as a kubelet's does: a controller recreates
+    a failed replica under the same name, and a late delete by name would remove the replacement."""
+    hang = {"sim.kubetrain.dev/outcome": "hang"}
+    await core.create_namespaced_pod(namespace, _pod("slot", annotations=hang))
+    first = await _wait_phase(core, namespace, "slot", {"Running"})
+    await core.delete_namespaced_pod("slot", namespace)  # graceful: the node must finish it
+    for _ in range(100):
+        if not (await core.list_namespaced_pod(namespace)).items:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the simulated node never removed the terminating pod")
+    await core.create_namespaced_pod(namespace, _pod("slot", annotations=hang))
+    second = await _wait_phase(core, namespace, "slot", {"Running"})
+    kube = await KubeClient.from_kubeconfig(str(kubeconfig))
+    try:
+        await PodFinalizer(kube).remove(namespace, "slot", first.metadata.uid)  # the late delete
+    finally:
+        await kube.close()
+    still = await core.read_namespaced_pod("slot", namespace)
+    assert (still.metadata.uid, still.metadata.deletion_timestamp) == (second.metadata.uid, None)

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from kubetrain import naming
 from kubetrain.devcluster.process import run_until_stopped
 from kubetrain.devcluster.processnode.agent import Agent, Settings
 from kubetrain.kube.client import KubeClient
@@ -14,7 +15,7 @@ from kubetrain.kube.client import KubeClient
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--name", default="kubetrain-process-node")
+    parser.add_argument("--name", default=naming.PROCESS_NODE)
     parser.add_argument("--state-dir", type=Path, required=True, help="where pods' files and volumes live")
     parser.add_argument("--kubeconfig", required=True, help="the node's own identity (system:node:<name>)")
     parser.add_argument(
