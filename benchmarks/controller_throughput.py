@@ -48,7 +48,7 @@ from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.reconcilers.children import build_pod, build_service
-from kubetrain.devcluster import build, pki
+from kubetrain.devcluster import build, certs
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -312,7 +312,7 @@ async def prepare_upstream(kube: KubeClient) -> None:
         with contextlib.suppress(errors.APIConflictError):
             await kube.create(resource, body, namespace)
     UPSTREAM_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    pki.write_self_signed(
+    certs.write_self_signed(
         name="training-operator",
         cert_path=UPSTREAM_CERT_DIR / "tls.crt",
         key_path=UPSTREAM_CERT_DIR / "tls.key",

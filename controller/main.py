@@ -22,7 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -40,7 +40,6 @@ from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
 from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.controller.statusserver.server import StatusServer
-from kubetrain.controller.statusserver.tls import ServingCert, self_signed
 from kubetrain.kube import leader
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import EventRecorder
@@ -49,6 +48,9 @@ from kubetrain.kube.informer import Informer, controller_owner_uid
 from kubetrain.kube.resources import CONFIGMAPS, CRDS, PODS, SERVICES, Resource
 from kubetrain.kube.runner import Runner
 from kubetrain.kube.workqueue import WorkQueue
+
+if TYPE_CHECKING:
+    from kubetrain.controller.statusserver.tls import ServingCert
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -99,7 +101,12 @@ class Options:
         return f"https://kubetrain-controller.{self.leader_election_namespace}.svc:{port}"
 
     def status_server_cert(self) -> ServingCert:
-        """The server's certificate: from ``--status-server-cert-dir``, else a new CA's for the URL's host."""
+        """The server's certificate: from ``--status-server-cert-dir``, else a new CA's for the URL's host.
+
+        ``cryptography`` is imported here, not with the module: about 8 MiB in every controller
+        process, which only one that serves progress reports needs."""
+        from kubetrain.controller.statusserver.tls import ServingCert, self_signed
+
         if self.status_server_cert_dir:
             return ServingCert.from_dir(Path(self.status_server_cert_dir))
         host = urlsplit(self.status_server_base_url()).hostname or "localhost"

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from aiohttp import web
@@ -27,10 +27,12 @@ from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
 from kubetrain.api.v2 import TrainerStatus
 from kubetrain.controller.statusserver.authz import Target, Verdict, authorise, bound_pod, target_of
-from kubetrain.controller.statusserver.tls import ServingCert
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import PODS, TOKEN_REVIEWS
+
+if TYPE_CHECKING:
+    from kubetrain.controller.statusserver.tls import ServingCert
 
 log = logging.getLogger("kubetrain.controller.statusserver")
 Obj = dict[str, Any]

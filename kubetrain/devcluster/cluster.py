@@ -370,13 +370,15 @@ class DevCluster:
         return self.state_dir / "kueue"
 
     def _kueue(self, ports: dict[str, int], options: ClusterOptions, binary: str) -> Component:
+        from kubetrain.devcluster import certs  # only `up` makes keys (see certs)
+
         cert_dir = self._kueue_dir / "certs"
         etc = self._kueue_dir / "etc"  # laid over /etc for Kueue alone (kueue.py says why)
         metrics_certs = etc / kueue.METRICS_CERTS.relative_to("/etc")
         for folder, name in ((cert_dir, "kueue-webhook"), (metrics_certs, "kueue-metrics")):
             folder.mkdir(parents=True, exist_ok=True)
             if not (folder / "tls.crt").exists():
-                pki.sign_serving_cert(
+                certs.sign_serving_cert(
                     self.pki, name=name, cert_path=folder / "tls.crt", key_path=folder / "tls.key"
                 )
         (self._kueue_dir / "etc-work").mkdir(exist_ok=True)
@@ -415,8 +417,10 @@ class DevCluster:
         )
 
     def _process_node(self, ports: dict[str, int], options: ClusterOptions) -> Component:
+        from kubetrain.devcluster import certs  # only `up` makes keys (see certs)
+
         cert, key = self.pki.root / "process-node.crt", self.pki.root / "process-node.key"
-        pki.sign_serving_cert(self.pki, name=PROCESS_NODE, cert_path=cert, key_path=key)
+        certs.sign_serving_cert(self.pki, name=PROCESS_NODE, cert_path=cert, key_path=key)
         return Component(
             "process-node",
             [

@@ -40,3 +40,17 @@ def test_a_process_that_imported_kubernetes_asyncio_first_keeps_it_as_it_is() ->
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert run.returncode == 0, run.stderr
+
+
+def test_the_controller_loads_cryptography_only_to_serve_progress_reports() -> None:
+    """About 8 MiB per controller process: only one with ``--status-server-bind-address`` needs it."""
+    script = (
+        "import sys, kubetrain.cli, kubetrain.controller.main as m\n"
+        "assert not any(n.startswith('cryptography') for n in sys.modules), 'imported with the controller'\n"
+        "m.Options(status_server_bind_address=':8443').status_server_cert()\n"
+        "assert 'cryptography.x509' in sys.modules\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr

@@ -1,0 +1,143 @@
+"""The cluster's keys and certificates, made with ``cryptography``.
+
+Apart from ``pki`` (paths, identities, tokens, kubeconfigs), so that importing the dev cluster's
+modules (every ``kubetrain`` command does, the controller's too) does not load ``cryptography``,
+about 6 MiB in each process: only ``kubetrain dev up`` and the benchmark make keys, and they import
+this module when they do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kubetrain.devcluster.pki import Pki
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _write_key(key: rsa.RSAPrivateKey, path: Path) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _cert(
+    *,
+    subject: str,
+    key: rsa.RSAPrivateKey,
+    issuer: x509.Certificate | None,
+    issuer_key: rsa.RSAPrivateKey,
+    ca: bool = False,
+    server: bool = False,
+    client: bool = False,
+    organization: str | None = None,
+) -> x509.Certificate:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    name = x509.Name(attrs)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer.subject if issuer else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if server:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default.svc.cluster.local"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
+        [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    )
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write_cert(cert: x509.Certificate, path: Path) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def issue_cluster_certs(pki: Pki) -> None:
+    """The CA, the API server's serving and kubelet-client certificates, the service-account keys."""
+    ca_key = _key()
+    ca = _cert(subject="kubetrain-dev-ca", key=ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    _write_key(ca_key, pki.ca_key)
+    _write_cert(ca, pki.ca_cert)
+
+    serving_key = _key()
+    _write_key(serving_key, pki.serving_key)
+    _write_cert(
+        _cert(subject="kube-apiserver", key=serving_key, issuer=ca, issuer_key=ca_key, server=True),
+        pki.serving_cert,
+    )
+
+    client_key = _key()
+    _write_key(client_key, pki.kubelet_client_key)
+    _write_cert(
+        _cert(
+            subject="kube-apiserver-kubelet-client",
+            key=client_key,
+            issuer=ca,
+            issuer_key=ca_key,
+            client=True,
+            organization="kubeadm:cluster-admins",
+        ),
+        pki.kubelet_client_cert,
+    )
+
+    sa_key = _key()
+    _write_key(sa_key, pki.sa_key)
+    pki.sa_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def sign_serving_cert(pki: Pki, *, name: str, cert_path: Path, key_path: Path) -> None:
+    """Issue a loopback serving certificate from the cluster CA (used by node endpoints)."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = _key()
+    _write_key(key, key_path)
+    _write_cert(_cert(subject=name, key=key, issuer=ca, issuer_key=ca_key, server=True), cert_path)
+
+
+def write_self_signed(*, name: str, cert_path: Path, key_path: Path) -> None:
+    """A self-signed loopback serving certificate, for a server that only needs to start (a webhook
+    server no API server calls: the upstream operator's, run beside the dev cluster by the benchmark)."""
+    key = _key()
+    _write_key(key, key_path)
+    _write_cert(_cert(subject=name, key=key, issuer=None, issuer_key=key, server=True), cert_path)
