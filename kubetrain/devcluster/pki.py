@@ -5,7 +5,8 @@ verify TLS instead of skipping it) and the client certificate the API server
 presents to node endpoints (``kubectl logs`` on the process node). People and
 components authenticate with static bearer tokens, one identity each, so RBAC
 decisions in the logs name who did what. Everything is generated fresh per
-cluster and lives in its state dir.
+cluster and lives in its state dir; the keys and certificates themselves are
+made by ``certs``, which only ``generate`` imports.
 """
 
 from __future__ import annotations
