@@ -2,7 +2,7 @@
 
 Apart from ``pki`` (paths, identities, tokens, kubeconfigs), so that importing the dev cluster's
 modules (every ``kubetrain`` command does, the controller's too) does not load ``cryptography``,
-about 6 MiB in each process: only ``kubetrain dev up`` and the benchmark make keys, and they import
+about 8 MiB in each process: only ``kubetrain dev up`` and the benchmark make keys, and they import
 this module when they do.
 """
 
