@@ -21,24 +21,20 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
-from kubetrain.api import kinds as api_kinds
-from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, JOBS, PYTORCHJOB, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, JOBS, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller import cached, frameworks, metrics, preflight
-from kubetrain.controller.plugins.gang import gang_scheduler
-from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
+from kubetrain.controller.options import Options, split_address
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Settings, Shared
 from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
 from kubetrain.controller.reconcilers.v1job import V1JobReconciler
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import Obj
 from kubetrain.controller.statusserver.server import StatusServer
 from kubetrain.kube import leader
 from kubetrain.kube.client import KubeClient
@@ -50,93 +46,13 @@ from kubetrain.kube.runner import Runner
 from kubetrain.kube.workqueue import WorkQueue
 
 if TYPE_CHECKING:
-    from kubetrain.controller.statusserver.tls import ServingCert
+    pass
 
 log = logging.getLogger("kubetrain.controller")
 
 V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
 TRAINJOB_CHILD_SELECTOR = naming.JOBSET_NAME  # and of TrainJobs
 JOB_KINDS = frozenset(k.kind for k in JOBS)
-
-
-@dataclass
-class Options:
-    """The controller's flags (``kubetrain controller run --help``)."""
-
-    kubeconfig: str | None = None
-    namespace: str | None = None
-    kinds: tuple[str, ...] = tuple(k.kind for k in api_kinds.JOBS)
-    workers: int = 4
-    kube_api_qps: float = 50.0
-    kube_api_burst: int = 100
-    leader_elect: bool = False
-    leader_election_id: str = "kubetrain-controller"
-    leader_election_namespace: str = "kubetrain-system"
-    leader_election_lease_duration: float = 15.0
-    leader_election_renew_deadline: float = 10.0
-    leader_election_retry_period: float = 2.0
-    metrics_bind_address: str = ":8080"
-    health_probe_bind_address: str = ":8081"
-    gang_scheduler_name: str = ""
-    managed_by: str = "compatible"
-    pytorch_init_container: bool = False
-    pytorch_init_container_image: str = "alpine:3.10"
-    pytorch_init_container_max_tries: int = 100
-    watch_timeout: int = 300
-    log_format: str = "text"
-    log_level: str = "info"
-    status_server_bind_address: str = "0"
-    status_server_url: str = ""
-    status_server_cert_dir: str = ""
-
-    @property
-    def status_server_enabled(self) -> bool:
-        return self.status_server_bind_address not in ("", "0")
-
-    def status_server_base_url(self) -> str:
-        """How pods reach the status server: the flag, else the controller's Service on the bound port."""
-        if self.status_server_url:
-            return self.status_server_url.rstrip("/")
-        _, port = _split_address(self.status_server_bind_address)
-        return f"https://kubetrain-controller.{self.leader_election_namespace}.svc:{port}"
-
-    def status_server_cert(self) -> ServingCert:
-        """The server's certificate: from ``--status-server-cert-dir``, else a new CA's for the URL's host.
-
-        ``cryptography`` is imported here, not with the module: about 8 MiB in every controller
-        process, which only one that serves progress reports needs."""
-        from kubetrain.controller.statusserver.tls import ServingCert, self_signed
-
-        if self.status_server_cert_dir:
-            return ServingCert.from_dir(Path(self.status_server_cert_dir))
-        host = urlsplit(self.status_server_base_url()).hostname or "localhost"
-        return self_signed([host, "localhost", "127.0.0.1"])
-
-    def settings(self, status_server: StatusServerPlugin | None = None) -> Settings:
-        if self.managed_by not in ("compatible", "kubetrain"):
-            raise ValueError(f"--managed-by must be compatible or kubetrain (got {self.managed_by!r})")
-        managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
-        if self.managed_by == "compatible":
-            managed |= {None, "", naming.MANAGED_BY_TRAINING_OPERATOR}
-        plugins: dict[str, tuple[PodPlugin, ...]] = {}
-        if self.pytorch_init_container:
-            wait = MasterWaitPlugin(self.pytorch_init_container_image, self.pytorch_init_container_max_tries)
-            plugins[PYTORCHJOB.kind] = (wait,)
-        gang = gang_scheduler(self.gang_scheduler_name) if self.gang_scheduler_name else None
-        return Settings(managed_by=managed, gang=gang, extra_plugins=plugins, status_server=status_server)
-
-    def leader_timings(self) -> leader.Timings:
-        """The leader-election timings (raises ValueError unless retry < renew deadline < lease)."""
-        return leader.Timings(
-            lease_duration=self.leader_election_lease_duration,
-            renew_deadline=self.leader_election_renew_deadline,
-            retry_period=self.leader_election_retry_period,
-        )
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host or "0.0.0.0", int(port)  # the endpoints serve the cluster network
 
 
 @dataclass
@@ -161,7 +77,7 @@ class Manager:
         if options.status_server_enabled:
             cert = options.status_server_cert()
             plugin = StatusServerPlugin(options.status_server_base_url(), cert.ca.decode())
-            host, port = _split_address(options.status_server_bind_address)
+            host, port = split_address(options.status_server_bind_address)
             self.status_server = await StatusServer(self.kube, cert).start(host, port)
             log.info(
                 "status server listening on %s, reached at %s",
@@ -308,7 +224,7 @@ async def _serve(address: str, routes: list[web.RouteDef]) -> web.AppRunner:
     app.add_routes(routes)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host, port = _split_address(address)
+    host, port = split_address(address)
     await web.TCPSite(runner, host, port).start()
     return runner
 
