@@ -7,11 +7,12 @@ import inspect
 import logging
 import signal
 import sys
+from dataclasses import fields
 from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from kubetrain.controller.options import Options, flags
+from kubetrain.controller.options import Options
 
 app = typer.Typer(help="The kubetrain controller.", no_args_is_help=True)
 
@@ -53,27 +54,28 @@ def run_command(
         sys.exit(1)
 
 
-def _flag_parameters() -> list[inspect.Parameter]:
-    """``Options``' flag fields as typer parameters: each flag is declared once, in the dataclass."""
+def _parameters() -> list[inspect.Parameter]:
+    """The command's parameters, in the order of ``Options``' fields: each flag field as a typer option
+    (each flag is declared once, in the dataclass), and ``--enable-scheme`` where ``kinds`` stands."""
     hints = get_type_hints(Options)
-    return [
-        inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=default,
-            annotation=Annotated[
-                hints[name], typer.Option(*meta["names"], help=meta["help"], **meta["option"])
-            ],
+    scheme = inspect.signature(run_command, eval_str=True).parameters["enable_scheme"]
+    parameters = []
+    for f in fields(Options):
+        if f.name == "kinds":
+            parameters.append(scheme.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+            continue
+        meta = f.metadata
+        option = typer.Option(*meta["names"], help=meta["help"], **meta["option"])
+        parameters.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default,
+                annotation=Annotated[hints[f.name], option],
+            )
         )
-        for name, default, meta in flags()
-    ]
+    return parameters
 
 
-_scheme = (
-    inspect.signature(run_command, eval_str=True)
-    .parameters["enable_scheme"]
-    .replace(kind=inspect.Parameter.KEYWORD_ONLY)
-)
-_flags = _flag_parameters()
-run_command.__signature__ = inspect.Signature([*_flags[:2], _scheme, *_flags[2:]])  # type: ignore[attr-defined]
+run_command.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]
 app.command("run")(run_command)

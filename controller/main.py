@@ -21,7 +21,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -44,9 +44,6 @@ from kubetrain.kube.informer import Informer, controller_owner_uid
 from kubetrain.kube.resources import CONFIGMAPS, CRDS, PODS, SERVICES, Resource
 from kubetrain.kube.runner import Runner
 from kubetrain.kube.workqueue import WorkQueue
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("kubetrain.controller")
 

@@ -9,7 +9,6 @@ the methods need (plugins, leader timings, certificates) is imported when they a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -126,8 +125,8 @@ class Options:
         from kubetrain.controller.reconcilers.skeleton import Settings
         from kubetrain.controller.state import PodPlugin
 
-        if self.managed_by not in MANAGED_BY:
-            raise ValueError(f"--managed-by must be compatible or kubetrain (got {self.managed_by!r})")
+        if problem := self.problems().get("--managed-by"):
+            raise ValueError(f"--managed-by {problem}")
         managed: frozenset[str | None] = frozenset({naming.MANAGED_BY_KUBETRAIN})
         if self.managed_by == "compatible":
             managed |= {None, "", naming.MANAGED_BY_TRAINING_OPERATOR}
@@ -147,11 +146,6 @@ class Options:
             renew_deadline=self.leader_election_renew_deadline,
             retry_period=self.leader_election_retry_period,
         )
-
-
-def flags() -> list[tuple[str, Any, dict[str, Any]]]:
-    """Each flag field: its name, its default, and its metadata (help, extra names, typer settings)."""
-    return [(f.name, f.default, dict(f.metadata)) for f in dataclass_fields(Options) if "help" in f.metadata]
 
 
 def split_address(address: str) -> tuple[str, int]:
