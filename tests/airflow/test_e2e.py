@@ -70,6 +70,21 @@ def test_deferrable_training(dag_namespace: str) -> None:
     assert result["state"] == "Succeeded" and result["metrics"]["accuracy"] > 0.5
 
 
+def _attempts_seen(dag_run: Any, jobs: JobClient, namespace: str) -> str:
+    """What a failed retry run leaves to read: the task's tries, and each attempt's end and log tail
+    (the Airflow log of the run is too long to survive in a CI summary)."""
+    ti = dag_run.get_task_instance("train")
+    lines = [f"task {ti.state} after try {ti.try_number}"]
+    for job in jobs.list(kind="PyTorchJob", namespace=namespace):
+        meta, last = job["metadata"], (job.get("status", {}).get("conditions") or [{}])[-1]
+        whose, tail = jobs.run(jobs.aio.failure_logs(job)) if last.get("type") == "Failed" else ("", "")
+        lines.append(
+            f"{meta['name']} attempt {meta['annotations'].get('kubetrain.dev/attempt')}: {last.get('type')} "
+            f"{last.get('reason')} {last.get('message')}; {whose} log: {' / '.join(tail.splitlines()[-8:])}"
+        )
+    return " | ".join(lines)
+
+
 @pytest.mark.main_airflow_only  # on 2.11: the retry the scheduler schedules in tests/airflow/deployment
 def test_a_retry_resumes_from_the_checkpoint_of_the_failed_try(
     dag_namespace: str, sync_jobs: JobClient
@@ -81,7 +96,7 @@ def test_a_retry_resumes_from_the_checkpoint_of_the_failed_try(
     }
     sync_jobs._run(sync_jobs.aio.core.create_namespaced_persistent_volume_claim(dag_namespace, asyncio_claim))
     run = _run("retry_with_resume")
-    assert _states(run) == {"train": "success"}, _states(run)
+    assert _states(run) == {"train": "success"}, _attempts_seen(run, sync_jobs, dag_namespace)
     result = run.get_task_instance("train").xcom_pull(task_ids="train")
     assert result["attempt"] == 2
     assert result["report"]["resumed_from_step"] == 40, result["report"]
