@@ -13,6 +13,14 @@ and no decision reads them back). Like client-go's informer transform, the cache
 * a service: its metadata only (a job's services are found and deleted by owner and name);
 * anything else (a job, a pod group, a runtime): all of it but ``managedFields``.
 
+Each object is parsed from its own JSON document, so every pod holds its own copy of every key
+(``lastTransitionTime``, ``ownerReferences``) and of every value its siblings share (``True``,
+``Succeeded``, a job's name in its labels, the second it was created in): at thousands of pods these
+copies are about half of what the cache holds. The cache keeps one copy of each such string, from a
+table of its own (``sys.intern`` would do it too, but interned strings are immortal on some Python
+versions, and uids and resource versions never repeat); the table starts over when it is full, so
+it stays bounded however many objects pass, and objects already cached keep their strings.
+
 A write the reconciler makes is read back from the API server's answer, never from these copies, so
 nothing stripped here is ever written back. Decisions that start reading another field of a child
 must keep it here (tests/unit/controller/test_cached.py pins what is kept).
@@ -20,7 +28,34 @@ must keep it here (tests/unit/controller/test_cached.py pins what is kept).
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubetrain.controller.state import Obj
+
+SHARED_STRINGS = 1 << 16  # the most strings the table holds before it starts over
+SHARED_LENGTH = 64  # longer strings (messages, last-applied configurations) are rarely repeated
+_shared: dict[str, str] = {}
+
+
+def _one_copy(text: str) -> str:
+    """The table's copy of ``text``, entered there when it is new."""
+    kept = _shared.get(text)
+    if kept is None:
+        if len(_shared) >= SHARED_STRINGS:
+            _shared.clear()
+        kept = _shared[text] = text
+    return kept
+
+
+def _compact(value: Any) -> Any:
+    """``value`` rebuilt with the table's copy of every key and short string in it."""
+    if isinstance(value, dict):
+        return {_one_copy(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= SHARED_LENGTH:
+        return _one_copy(value)
+    return value
 
 
 def _metadata(obj: Obj) -> Obj:
@@ -32,7 +67,8 @@ def _metadata(obj: Obj) -> Obj:
 
 def stripped(obj: Obj) -> Obj:
     """An object as cached: all of it but ``managedFields``."""
-    return {**obj, "metadata": _metadata(obj)}
+    result: Obj = _compact({**obj, "metadata": _metadata(obj)})
+    return result
 
 
 def pod(obj: Obj) -> Obj:
@@ -41,10 +77,12 @@ def pod(obj: Obj) -> Obj:
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         kept["spec"] = {"nodeName": node}
-    return {**kept, "metadata": _metadata(obj)}
+    result: Obj = _compact({**kept, "metadata": _metadata(obj)})
+    return result
 
 
 def service(obj: Obj) -> Obj:
     """A service as cached: its identity and metadata."""
     kept: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
-    return {**kept, "metadata": _metadata(obj)}
+    result: Obj = _compact({**kept, "metadata": _metadata(obj)})
+    return result

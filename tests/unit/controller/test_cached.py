@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
 
 from kubetrain.controller import cached
 from kubetrain.controller.reconcilers import observe
@@ -45,6 +48,26 @@ def test_a_cached_pod_keeps_metadata_status_and_node_but_not_the_rest_of_its_spe
     assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
     assert observe.exit_code(kept, "pytorch") == observe.exit_code(pod, "pytorch") == 137
     assert pod["metadata"]["managedFields"] == MANAGED, "the object the API server sent is not changed"
+
+
+def test_pods_parsed_apart_share_one_copy_of_their_keys_and_short_values_in_the_cache() -> None:
+    first, second = (cached.pod(json.loads(json.dumps(a_pod()))) for _ in range(2))
+    assert first == second
+    (key,) = (k for k in first["status"] if k == "phase")
+    (other,) = (k for k in second["status"] if k == "phase")
+    assert key is other and first["status"]["phase"] is second["status"]["phase"]
+    assert first["metadata"]["ownerReferences"][0]["name"] is second["metadata"]["ownerReferences"][0]["name"]
+    long = "x" * (cached.SHARED_LENGTH + 1)
+    messages = [cached.stripped(json.loads(json.dumps({"kind": "Event", "message": long}))) for _ in range(2)]
+    assert messages[0]["message"] is not messages[1]["message"], "long strings are kept as they came"
+
+
+def test_the_table_of_shared_strings_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cached, "SHARED_STRINGS", 8)
+    for i in range(100):
+        cached.service({"kind": "Service", "metadata": {"name": f"s{i}", "uid": f"u{i}"}})
+        assert len(cached._shared) <= 8
+    assert cached.service({"kind": "Service", "metadata": {"name": "s99"}})["metadata"]["name"] == "s99"
 
 
 def test_a_cached_service_is_its_metadata_and_anything_else_loses_only_managed_fields() -> None:
