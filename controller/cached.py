@@ -47,10 +47,14 @@ def _one_copy(text: str) -> str:
     return kept
 
 
+def _kept(obj: Obj) -> Obj:
+    """``obj`` rebuilt with the table's copy of every key and short string in it."""
+    return {_one_copy(k): _compact(v) for k, v in obj.items()}
+
+
 def _compact(value: Any) -> Any:
-    """``value`` rebuilt with the table's copy of every key and short string in it."""
     if isinstance(value, dict):
-        return {_one_copy(k): _compact(v) for k, v in value.items()}
+        return _kept(value)
     if isinstance(value, list):
         return [_compact(v) for v in value]
     if isinstance(value, str) and len(value) <= SHARED_LENGTH:
@@ -67,8 +71,7 @@ def _metadata(obj: Obj) -> Obj:
 
 def stripped(obj: Obj) -> Obj:
     """An object as cached: all of it but ``managedFields``."""
-    result: Obj = _compact({**obj, "metadata": _metadata(obj)})
-    return result
+    return _kept({**obj, "metadata": _metadata(obj)})
 
 
 def pod(obj: Obj) -> Obj:
@@ -77,12 +80,10 @@ def pod(obj: Obj) -> Obj:
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         kept["spec"] = {"nodeName": node}
-    result: Obj = _compact({**kept, "metadata": _metadata(obj)})
-    return result
+    return _kept({**kept, "metadata": _metadata(obj)})
 
 
 def service(obj: Obj) -> Obj:
     """A service as cached: its identity and metadata."""
     kept: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
-    result: Obj = _compact({**kept, "metadata": _metadata(obj)})
-    return result
+    return _kept({**kept, "metadata": _metadata(obj)})
