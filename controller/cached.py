@@ -19,7 +19,9 @@ Each object is parsed from its own JSON document, so every pod holds its own cop
 copies are about half of what the cache holds. The cache keeps one copy of each such string, from a
 table of its own (``sys.intern`` would do it too, but interned strings are immortal on some Python
 versions, and uids and resource versions never repeat); the table starts over when it is full, so
-it stays bounded however many objects pass, and objects already cached keep their strings.
+it stays bounded however many objects pass, and objects already cached keep their strings. Resource
+versions stay out of it: every write brings a new one, and entering them would fill the table with
+strings no object holds any more.
 
 A write the reconciler makes is read back from the API server's answer, never from these copies, so
 nothing stripped here is ever written back. Decisions that start reading another field of a child
@@ -34,6 +36,7 @@ from kubetrain.controller.state import Obj
 
 SHARED_STRINGS = 1 << 16  # the most strings the table holds before it starts over
 SHARED_LENGTH = 64  # longer strings (messages, last-applied configurations) are rarely repeated
+NEVER_REPEATED = frozenset({"resourceVersion"})  # a new value with every write: kept as it came
 _shared: dict[str, str] = {}
 
 
@@ -49,7 +52,7 @@ def _one_copy(text: str) -> str:
 
 def _kept(obj: Obj) -> Obj:
     """``obj`` rebuilt with the table's copy of every key and short string in it."""
-    return {_one_copy(k): _compact(v) for k, v in obj.items()}
+    return {_one_copy(k): v if k in NEVER_REPEATED else _compact(v) for k, v in obj.items()}
 
 
 def _compact(value: Any) -> Any:

@@ -70,6 +70,15 @@ def test_the_table_of_shared_strings_starts_over_when_full(monkeypatch: pytest.M
     assert cached.service({"kind": "Service", "metadata": {"name": "s99"}})["metadata"]["name"] == "s99"
 
 
+def test_resource_versions_are_kept_as_they_came_and_never_fill_the_table_of_shared_strings() -> None:
+    pod = a_pod()
+    pod["metadata"]["resourceVersion"] = "resource-version-of-this-test-only"
+    kept = cached.pod(pod)
+    assert kept["metadata"]["resourceVersion"] == "resource-version-of-this-test-only"
+    assert "resource-version-of-this-test-only" not in cached._shared
+    assert "job-uid" in cached._shared, "an owner's uid, shared by all of its children, is"
+
+
 def test_a_cached_service_is_its_metadata_and_anything_else_loses_only_managed_fields() -> None:
     service = {"kind": "Service", "metadata": {"name": "s", "managedFields": MANAGED}, "spec": {"ports": []}}
     assert cached.service(service) == {"kind": "Service", "metadata": {"name": "s"}}
