@@ -18,7 +18,7 @@ Each object is parsed from its own JSON document, so every pod holds its own cop
 ``Succeeded``, a job's name in its labels, the second it was created in): at thousands of pods these
 copies are about half of what the cache holds. The cache keeps one copy of each such string, from a
 table of its own (``sys.intern`` would do it too, but interned strings are immortal on some Python
-versions, and uids and resource versions never repeat); the table starts over when it is full, so
+versions, and an object's own uid and its resource versions never repeat); the table starts over when it is full, so
 it stays bounded however many objects pass, and objects already cached keep their strings. Resource
 versions stay out of it: every write brings a new one, and entering them would fill the table with
 strings no object holds any more.
@@ -37,6 +37,7 @@ from kubetrain.controller.state import Obj
 SHARED_STRINGS = 1 << 16  # the most strings the table holds before it starts over
 SHARED_LENGTH = 64  # longer strings (messages, last-applied configurations) are rarely repeated
 NEVER_REPEATED = frozenset({"resourceVersion"})  # a new value with every write: kept as it came
+MANAGED_FIELDS = frozenset({"managedFields"})  # dropped from every cached object's metadata
 _shared: dict[str, str] = {}
 
 
@@ -50,9 +51,11 @@ def _one_copy(text: str) -> str:
     return kept
 
 
-def _kept(obj: Obj) -> Obj:
-    """``obj`` rebuilt with the table's copy of every key and short string in it."""
-    return {_one_copy(k): v if k in NEVER_REPEATED else _compact(v) for k, v in obj.items()}
+def _kept(obj: Obj, *, leaving: frozenset[str] = frozenset()) -> Obj:
+    """``obj`` but its ``leaving`` keys, rebuilt with the table's copy of every key and short string."""
+    return {
+        _one_copy(k): v if k in NEVER_REPEATED else _compact(v) for k, v in obj.items() if k not in leaving
+    }
 
 
 def _compact(value: Any) -> Any:
@@ -65,16 +68,16 @@ def _compact(value: Any) -> Any:
     return value
 
 
-def _metadata(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
-    if "managedFields" not in meta:
-        return meta
-    return {k: v for k, v in meta.items() if k != "managedFields"}
+def _with_metadata(kept: Obj, obj: Obj) -> Obj:
+    """``kept`` rebuilt, with ``obj``'s metadata but ``managedFields`` after it."""
+    cached = _kept(kept)
+    cached["metadata"] = _kept(obj.get("metadata") or {}, leaving=MANAGED_FIELDS)
+    return cached
 
 
 def stripped(obj: Obj) -> Obj:
     """An object as cached: all of it but ``managedFields``."""
-    return _kept({**obj, "metadata": _metadata(obj)})
+    return _with_metadata({k: v for k, v in obj.items() if k != "metadata"}, obj)
 
 
 def pod(obj: Obj) -> Obj:
@@ -83,10 +86,9 @@ def pod(obj: Obj) -> Obj:
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         kept["spec"] = {"nodeName": node}
-    return _kept({**kept, "metadata": _metadata(obj)})
+    return _with_metadata(kept, obj)
 
 
 def service(obj: Obj) -> Obj:
     """A service as cached: its identity and metadata."""
-    kept: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
-    return _kept({**kept, "metadata": _metadata(obj)})
+    return _with_metadata({k: obj[k] for k in ("apiVersion", "kind") if k in obj}, obj)
