@@ -7,9 +7,10 @@ and the spec of a child (its containers, env, volumes and tolerations are what t
 and no decision reads them back). Like client-go's informer transform, the cache keeps the rest:
 
 * every object: its metadata but ``managedFields``;
-* a pod: its metadata and status (phase, reason, conditions, container states, restart counts and
-  termination messages are what the decisions read), and of its spec only ``nodeName`` (where the
-  replica that failed first ran, ``controller.diagnosis``);
+* a pod: its metadata and status (phase, reason, conditions, start time, container states, restart
+  counts and termination messages are what the decisions read) but the addresses, QoS class and
+  container images and ids the kubelet reports (``UNREAD_POD_STATUS``, ``UNREAD_CONTAINER_STATUS``),
+  and of its spec only ``nodeName`` (where the replica that failed first ran, ``controller.diagnosis``);
 * a service: its metadata only (a job's services are found and deleted by owner and name);
 * anything else (a job, a pod group, a runtime): all of it but ``managedFields``.
 
@@ -38,6 +39,21 @@ SHARED_STRINGS = 1 << 16  # the most strings the table holds before it starts ov
 SHARED_LENGTH = 64  # longer strings (messages, last-applied configurations) are rarely repeated
 NEVER_REPEATED = frozenset({"resourceVersion"})  # a new value with every write: kept as it came
 MANAGED_FIELDS = frozenset({"managedFields"})  # dropped from every cached object's metadata
+UNREAD_POD_STATUS = frozenset(
+    {"podIP", "podIPs", "hostIP", "hostIPs", "qosClass", "nominatedNodeName", "ephemeralContainerStatuses"}
+)
+UNREAD_CONTAINER_STATUS = frozenset(
+    {
+        "image",
+        "imageID",
+        "containerID",
+        "volumeMounts",
+        "allocatedResources",
+        "allocatedResourcesStatus",
+        "resources",
+        "user",
+    }
+)
 _shared: dict[str, str] = {}
 
 
@@ -81,12 +97,22 @@ def stripped(obj: Obj) -> Obj:
 
 
 def pod(obj: Obj) -> Obj:
-    """A pod as cached: its identity, metadata, status and node."""
-    kept: Obj = {k: obj[k] for k in ("apiVersion", "kind", "status") if k in obj}
+    """A pod as cached: its identity, metadata, the status the decisions read and its node."""
+    kept: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    if "status" in obj:
+        kept["status"] = _pod_status(obj["status"])
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         kept["spec"] = {"nodeName": node}
     return _with_metadata(kept, obj)
+
+
+def _pod_status(status: Obj) -> Obj:
+    kept = {k: v for k, v in status.items() if k not in UNREAD_POD_STATUS}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if key in kept:
+            kept[key] = [{k: v for k, v in s.items() if k not in UNREAD_CONTAINER_STATUS} for s in kept[key]]
+    return kept
 
 
 def service(obj: Obj) -> Obj:
