@@ -248,8 +248,12 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> tuple[list[Obj], str]:
-        """Every object (paginated); returns the items and the list's resourceVersion."""
+        """Every object (paginated); returns the items and the list's resourceVersion.
+
+        ``transform``, when given, is applied to each page's items as the page arrives, so what an
+        informer caches of a large list is all that stays in memory, not every object as sent."""
         items: list[Obj] = []
         token: str | None = None
         while True:
@@ -265,7 +269,8 @@ class KubeClient:
                     "continue": token,
                 },
             )
-            items.extend(page.get("items") or [])
+            page_items = page.pop("items", None) or []
+            items.extend(map(transform, page_items) if transform is not None else page_items)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return items, page.get("metadata", {}).get("resourceVersion", "")
@@ -297,11 +302,12 @@ class KubeClient:
             "GET", resource.path(namespace), query=query, resource=str(resource), timeout=None
         )
         try:
-            buffer = b""
+            partial = b""  # the start of a line whose end has not come yet
             async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # One split per chunk: a controller that fell behind gets megabytes of events at once,
+                # and splitting off one line at a time would copy the rest of the chunk for each.
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
                     if not line.strip():
                         continue
                     event: Obj = json.loads(line)

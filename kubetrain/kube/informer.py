@@ -184,13 +184,14 @@ class Informer:
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            transform=self._transform,
         )
         fresh = {object_key(item): item for item in items}
         for key in list(self._store):
             if key not in fresh:
-                self._apply("DELETED", self._store[key])
+                self._keep("DELETED", self._store[key])
         for item in items:
-            self._apply("MODIFIED" if object_key(item) in self._store else "ADDED", item)
+            self._keep("MODIFIED" if object_key(item) in self._store else "ADDED", item)
         self._resource_version = version
         self._last_activity = time.monotonic()
         self._synced.set()
@@ -237,8 +238,11 @@ class Informer:
 
     # -- the store -----------------------------------------------------------------------------
     def _apply(self, kind: str, obj: Obj) -> None:
-        if self._transform is not None:
-            obj = self._transform(obj)
+        """An event on ``obj`` as the API server sent it."""
+        self._keep(kind, self._transform(obj) if self._transform is not None else obj)
+
+    def _keep(self, kind: str, obj: Obj) -> None:
+        """An event on ``obj`` as cached (transformed)."""
         key = object_key(obj)
         old = self._store.get(key)
         if kind == "DELETED":
