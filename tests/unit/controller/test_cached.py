@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from kubetrain.controller import cached
 from kubetrain.controller.reconcilers import observe
+from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import PODS
 
@@ -48,6 +50,40 @@ def test_a_cached_pod_keeps_metadata_status_and_node_but_not_the_rest_of_its_spe
     assert kept["metadata"] == {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
     assert observe.exit_code(kept, "pytorch") == observe.exit_code(pod, "pytorch") == 137
     assert pod["metadata"]["managedFields"] == MANAGED, "the object the API server sent is not changed"
+
+
+def test_a_cached_pod_status_drops_the_addresses_qos_class_and_images_no_decision_reads() -> None:
+    pod = a_pod()
+    running = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
+    pod["status"] |= {
+        "startTime": "2026-01-01T00:00:00Z",
+        "podIP": "10.0.0.7",
+        "podIPs": [{"ip": "10.0.0.7"}],
+        "hostIP": "10.1.0.1",
+        "hostIPs": [{"ip": "10.1.0.1"}],
+        "qosClass": "BestEffort",
+        "initContainerStatuses": [
+            {"name": "init", "image": "busybox", "imageID": "sha256:1", "restartCount": 1}
+        ],
+    }
+    pod["status"]["containerStatuses"][0] |= {
+        "image": "trainer:1",
+        "imageID": "sha256:2",
+        "containerID": "c://1",
+    }
+    pod["status"]["containerStatuses"].append({"name": "sidecar", "image": "s:1", "state": running})
+    kept = cached.pod(pod)["status"]
+    assert kept == {
+        "phase": "Failed",
+        "startTime": "2026-01-01T00:00:00Z",
+        "containerStatuses": [
+            {"name": "pytorch", "restartCount": 2, "state": {"terminated": {"exitCode": 137}}},
+            {"name": "sidecar", "state": running},
+        ],
+        "initContainerStatuses": [{"name": "init", "restartCount": 1}],
+    }
+    assert observe.restart_count({"status": kept}) == observe.restart_count(pod) == 3
+    assert pod["status"]["podIP"] == "10.0.0.7", "the object the API server sent is not changed"
 
 
 def test_pods_parsed_apart_share_one_copy_of_their_keys_and_short_values_in_the_cache() -> None:
@@ -93,3 +129,40 @@ def test_an_informer_stores_and_hands_its_handlers_the_transformed_object() -> N
     informer._apply("ADDED", a_pod())
     stored = informer.get("ns/job-master-0")
     assert stored is not None and "spec" not in stored and seen == [stored]
+
+
+def paged_client(*lists: list[list[dict[str, Any]]]) -> tuple[KubeClient, list[int]]:
+    """A client whose LISTs answer ``lists`` in turn, page by page; and the page requests it saw."""
+    pages: list[dict[str, Any]] = [
+        {"items": items, "metadata": {"continue": "more"} if i < len(pods) - 1 else {"resourceVersion": "9"}}
+        for pods in lists
+        for i, items in enumerate(pods)
+    ]
+    asked: list[int] = []
+    kube = KubeClient(object())  # type: ignore[arg-type]
+
+    async def request(method: str, path: str, **_: Any) -> dict[str, Any]:
+        asked.append(len(asked))
+        return pages[len(asked) - 1]
+
+    kube.request = request  # type: ignore[method-assign]
+    return kube, asked
+
+
+def test_a_relist_keeps_each_page_as_cached_as_it_arrives_and_transforms_each_object_once() -> None:
+    """At thousands of pods a list is tens of MiB as sent: only the cached copies may pile up."""
+    pods = [dict(a_pod(), metadata=dict(a_pod()["metadata"], name=f"p{i}")) for i in range(3)]
+    kube, asked = paged_client([pods[:2], pods[2:]], [pods[:1]])
+    transformed: list[tuple[int, str]] = []
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        transformed.append((len(asked), obj["metadata"]["name"]))
+        return cached.pod(obj)
+
+    informer = Informer(kube, PODS, transform=transform)
+    asyncio.run(informer._relist())
+    assert transformed == [(1, "p0"), (1, "p1"), (2, "p2")], "page one is cached before page two is asked"
+    assert all("spec" not in pod for pod in informer.objects())
+    asyncio.run(informer._relist())  # p1 and p2 are gone
+    assert [pod["metadata"]["name"] for pod in informer.objects()] == ["p0"]
+    assert len(transformed) == 4, "what left the cache is not transformed again"

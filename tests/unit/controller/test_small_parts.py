@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -10,6 +14,7 @@ from kubetrain import quantity
 from kubetrain.kube.client import KubeClient, RateLimits, TokenBucket, limited_kind
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
+from kubetrain.kube.resources import PODS
 from tests.support import FakeClock
 
 
@@ -113,3 +118,40 @@ def test_quantities_sum_and_round_up() -> None:
     assert quantity.ceil("1500m") == 2
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         quantity.parse("lots")
+
+
+class Chunked:
+    """A watch response whose body arrives in the given chunks."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.content = self
+        self.chunks = chunks
+        self.released = False
+
+    async def iter_any(self) -> Any:
+        for chunk in self.chunks:
+            yield chunk
+
+    def release(self) -> None:
+        self.released = True
+
+
+def test_a_watch_yields_every_event_however_its_lines_are_cut_into_chunks() -> None:
+    lines = [
+        json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}}}).encode() for i in range(50)
+    ]
+    body = b"\n".join(lines) + b"\n\n"
+    cuts = [0, 1, 7, 8, 300, len(body) - 3, len(body)]  # mid-line, on a newline, many lines in one chunk
+    response = Chunked(*(body[a:b] for a, b in itertools.pairwise(cuts)))
+    kube = KubeClient(object())  # type: ignore[arg-type]
+
+    async def send(*_: Any, **__: Any) -> Chunked:
+        return response
+
+    kube._send = send  # type: ignore[method-assign,assignment]
+
+    async def names() -> list[str]:
+        return [e["object"]["metadata"]["name"] async for e in kube.watch(PODS, resource_version="1")]
+
+    assert asyncio.run(names()) == [f"p{i}" for i in range(50)]
+    assert response.released
