@@ -525,7 +525,9 @@ def operators(args: argparse.Namespace) -> list[Operator]:
         kubetrain_operator(UPSTREAM_QPS, UPSTREAM_BURST),
         kubetrain_operator(args.qps, max(1, int(args.qps * 2))),
     ]
-    return [o for o in chosen if o.name.split()[0] in args.only] if args.only else chosen
+    if not args.only:
+        return chosen
+    return [o for o in chosen if o.name in args.only or o.name.split()[0] in args.only]
 
 
 async def measure(args: argparse.Namespace, kubeconfig: Path) -> list[Run]:
@@ -580,7 +582,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        help="run only these configurations (bare, upstream, kubetrain; repeatable)",
+        help="run only these configurations (bare, upstream, kubetrain, or one by its full name such as "
+        "'kubetrain (unlimited)'; repeatable)",
     )
     parser.add_argument(
         "--kubeconfig", help="use this cluster (with deploy/crds applied) instead of starting one"
