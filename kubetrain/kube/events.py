@@ -58,30 +58,40 @@ class EventRecorder:
             await self._task
 
     def event(self, obj: Obj, event_type: str, reason: str, message: str) -> None:
-        """Record an event about ``obj`` (a job); returns at once."""
+        """Record an event about ``obj`` (a job); returns at once.
+
+        The queue keeps a reference to the object as it is now (kind, name, uid, resourceVersion),
+        never the object: a reconciler's copy of a job is tens of KiB, and at thousands of jobs the
+        queue can hold thousands of events waiting for the one task that posts them."""
+        meta = obj["metadata"]
+        involved = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta["name"],
+            "namespace": meta.get("namespace") or "default",
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         try:
-            self._queue.put_nowait((obj, event_type, reason, message))
+            self._queue.put_nowait((involved, event_type, reason, message))
         except asyncio.QueueFull:
             self.dropped += 1
 
     async def _drain(self) -> None:
         while True:
-            obj, event_type, reason, message = await self._queue.get()
+            involved, event_type, reason, message = await self._queue.get()
             try:
-                await self._post(obj, event_type, reason, message)
+                await self._post(involved, event_type, reason, message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug(
-                    "could not post event %s on %s: %s", reason, obj.get("metadata", {}).get("name"), exc
-                )
+                log.debug("could not post event %s on %s: %s", reason, involved["name"], exc)
             finally:
                 self._queue.task_done()
 
-    async def _post(self, obj: Obj, event_type: str, reason: str, message: str) -> None:
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        key = (meta.get("uid", ""), event_type, reason, message)
+    async def _post(self, involved: Obj, event_type: str, reason: str, message: str) -> None:
+        namespace = involved["namespace"]
+        key = (involved["uid"] or "", event_type, reason, message)
         loop_now = asyncio.get_running_loop().time()
         previous = self._recent.get(key)
         if previous is not None and loop_now - previous[3] < self.aggregate_window:
@@ -93,20 +103,13 @@ class EventRecorder:
                 return
             except errors.APINotFoundError:
                 pass
-        name = f"{meta['name']}.{uuid.uuid4().hex[:16]}"
+        name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
         now = _now()
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta["name"],
-                "namespace": namespace,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            "involvedObject": involved,
             "reason": reason,
             "message": message[:1024],
             "type": event_type,
