@@ -22,6 +22,7 @@ import pytest
 
 from kubetrain.client import JobClient
 from kubetrain.devcluster.cluster import DevCluster
+from kubetrain.naming import ANNOTATION_ATTEMPT
 from kubetrain.operators import JobTrigger, PyTorchJobOperator
 from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS, AirflowException
 from tests.airflow.conftest import REPO, load_dag
@@ -79,7 +80,7 @@ def _attempts_seen(dag_run: Any, jobs: JobClient, namespace: str) -> str:
         meta, last = job["metadata"], (job.get("status", {}).get("conditions") or [{}])[-1]
         whose, tail = jobs.run(jobs.aio.failure_logs(job)) if last.get("type") == "Failed" else ("", "")
         lines.append(
-            f"{meta['name']} attempt {meta['annotations'].get('kubetrain.dev/attempt')}: {last.get('type')} "
+            f"{meta['name']} attempt {meta['annotations'].get(ANNOTATION_ATTEMPT)}: {last.get('type')} "
             f"{last.get('reason')} {last.get('message')}; {whose} log: {' / '.join(tail.splitlines()[-8:])}"
         )
     return " | ".join(lines)
@@ -102,7 +103,7 @@ def test_a_retry_resumes_from_the_checkpoint_of_the_failed_try(
     assert result["report"]["resumed_from_step"] == 40, result["report"]
     jobs = sync_jobs.list(kind="PyTorchJob", namespace=dag_namespace)
     attempts = sorted(
-        (j["metadata"]["annotations"]["kubetrain.dev/attempt"], j["status"]["conditions"][-1]["type"])
+        (j["metadata"]["annotations"][ANNOTATION_ATTEMPT], j["status"]["conditions"][-1]["type"])
         for j in jobs
     )
     assert attempts == [("1", "Failed"), ("2", "Succeeded")], "the retry must not reattach to the failed job"
