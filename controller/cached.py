@@ -19,10 +19,10 @@ Each object is parsed from its own JSON document, so every pod holds its own cop
 ``Succeeded``, a job's name in its labels, the second it was created in): at thousands of pods these
 copies are about half of what the cache holds. The cache keeps one copy of each such string, from a
 table of its own (``sys.intern`` would do it too, but interned strings are immortal on some Python
-versions, and an object's own uid and its resource versions never repeat); the table starts over when it is full, so
-it stays bounded however many objects pass, and objects already cached keep their strings. Resource
-versions stay out of it: every write brings a new one, and entering them would fill the table with
-strings no object holds any more.
+versions, and an object's own uid and its resource versions never repeat); the table starts over
+when it is full, so it stays bounded however many objects pass, and objects already cached keep
+their strings. Resource versions stay out of it: every write brings a new one, and entering them
+would fill the table with strings no object holds any more.
 
 A write the reconciler makes is read back from the API server's answer, never from these copies, so
 nothing stripped here is ever written back. Decisions that start reading another field of a child

@@ -269,7 +269,7 @@ class KubeClient:
                     "continue": token,
                 },
             )
-            page_items = page.pop("items", None) or []
+            page_items = page.get("items") or []
             items.extend(map(transform, page_items) if transform is not None else page_items)
             token = page.get("metadata", {}).get("continue")
             if not token:

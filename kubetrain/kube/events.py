@@ -61,8 +61,9 @@ class EventRecorder:
         """Record an event about ``obj`` (a job); returns at once.
 
         The queue keeps a reference to the object as it is now (kind, name, uid, resourceVersion),
-        never the object: a reconciler's copy of a job is tens of KiB, and at thousands of jobs the
-        queue can hold thousands of events waiting for the one task that posts them."""
+        never the object: a reconciler's copy of a job holds its whole spec and status, and at
+        thousands of jobs the queue can hold thousands of events waiting for the one task that posts
+        them."""
         meta = obj["metadata"]
         involved = {
             "apiVersion": obj.get("apiVersion"),
