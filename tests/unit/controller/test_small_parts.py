@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from kubetrain import quantity
-from kubetrain.kube.client import KubeClient, RateLimits, TokenBucket, limited_kind
+from kubetrain.kube import lean
+from kubetrain.kube.client import KubeClient, RateLimits, TokenBucket, env_proxy, limited_kind
 from kubetrain.kube.events import EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import PODS
 from tests.support import FakeClock
+
+k8s_client, _ = lean.load()
 
 
 def test_expectations_are_met_when_every_create_and_delete_is_observed() -> None:
@@ -188,3 +191,44 @@ def test_a_queued_event_holds_a_reference_to_its_job_as_it_was_never_the_job() -
     }
     asyncio.run(recorder._post(involved, "Normal", "Created", "created"))
     assert posted[0]["involvedObject"] == involved and posted[0]["metadata"]["name"].startswith("j.")
+
+
+@pytest.mark.parametrize(
+    ("environment", "proxy", "headers"),
+    [
+        ({}, None, {}),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128", {}),
+        ({"https_proxy": "http://proxy:3128", "NO_PROXY": "10.0.0.1"}, None, {}),
+        ({"HTTP_PROXY": "http://proxy:3128"}, None, {}),  # the server speaks https
+        (
+            {"HTTPS_PROXY": "http://ops%40corp:s3cret@proxy:3128"},
+            "http://proxy:3128",
+            {"Proxy-Authorization": "Basic b3BzQGNvcnA6czNjcmV0"},  # ops@corp:s3cret
+        ),
+    ],
+)
+def test_the_api_servers_proxy_comes_from_the_environment_with_its_credentials_as_a_header(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], proxy: str | None, headers: dict[str, str]
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert env_proxy("https://10.0.0.1:6443") == (proxy, headers)
+
+
+async def test_a_client_resolves_its_proxy_once_and_its_session_looks_up_nothing_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kubernetes_asyncio's session trusts the environment, so aiohttp reads ~/.netrc and the proxy
+    variables on every request, each in an executor thread: a third of the controller's CPU unlimited."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    configuration = k8s_client.Configuration(host="https://10.0.0.1:6443")
+    kube = KubeClient._settled(k8s_client.ApiClient(configuration), 0, 0)
+    rest = kube.api.rest_client
+    session, pool = rest.pool_manager, rest.pool_manager.connector
+    assert (session.trust_env, rest.proxy) == (False, "http://proxy:3128")
+    await kube.close()
+    assert session.closed and pool is not None and pool.closed
