@@ -41,6 +41,7 @@ from kubetrain.client.errors import (
     JobNotFoundError,
     JobTimeoutError,
 )
+from kubetrain.kube.client import settle_environment
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -138,6 +139,7 @@ class AsyncJobClient:
         self.core: Any = client.CoreV1Api(api)
         self._owns_api = owns_api
         self._dynamic: Any = None  # a discovery-backed client for other kinds, made on first use
+        self._env_session: aiohttp.ClientSession | None = None
 
     @classmethod
     async def connect(
@@ -153,18 +155,22 @@ class AsyncJobClient:
             in_cluster is None and kubeconfig is None and config_dict is None and _in_cluster()
         ):
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return cls(client.ApiClient(client.Configuration.get_default_copy()), owns_api=True)
-        if config_dict is not None:
+            api = client.ApiClient(client.Configuration.get_default_copy())
+        elif config_dict is not None:
             api = await config.new_client_from_config_dict(config_dict, context=context)
         else:
             # $KUBECONFIG as it is now: the library reads it once, when it is first imported.
             kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
             api = await config.new_client_from_config(config_file=kubeconfig, context=context)
-        return cls(api, owns_api=True)
+        job_client = cls(api, owns_api=True)
+        job_client._env_session = settle_environment(api)  # a poll is a request: see kubetrain.kube.client
+        return job_client
 
     async def close(self) -> None:
         if self._owns_api:
             await self.api.close()
+            if self._env_session is not None:
+                await self._env_session.close()
 
     async def __aenter__(self) -> AsyncJobClient:
         return self

@@ -22,9 +22,10 @@ Why the environment is read once: ``kubernetes_asyncio`` opens its aiohttp sessi
 ``trust_env=True``, and such a session looks up ``~/.netrc`` and the proxy variables on every request,
 each in a thread of the default executor (aiohttp 3.10 on). For a controller that is a third of its CPU
 at thousands of pods (two thread hops a request, a ``LookupError`` when, as usual, there is no proxy).
-``from_kubeconfig`` resolves the proxy for the API server once, as client-go does (it reads
-``HTTPS_PROXY``/``NO_PROXY`` once a process, and never a netrc: Kubernetes credentials come from the
-kubeconfig), and gives the transport a session on the same connection pool that looks up nothing.
+``settle_environment`` (which ``from_kubeconfig`` and the job client's ``connect`` call) resolves the
+proxy for the API server once, as client-go does (it reads ``HTTPS_PROXY``/``NO_PROXY`` once a process,
+and never a netrc: Kubernetes credentials come from the kubeconfig), and gives the transport a session
+on the same connection pool that looks up nothing.
 
 Why a write guard: with leader election, a replica that was frozen (SIGSTOP,
 a long pause) may resume after another replica took over. The guard, consulted
@@ -156,6 +157,26 @@ class RateLimits:
         return bucket
 
 
+def settle_environment(api: k8s_client.ApiClient) -> aiohttp.ClientSession | None:
+    """Give ``api`` a session that looks up neither a netrc nor the proxy variables per request (see the
+    module docstring), on the same connection pool, with the proxy its configuration names, else the
+    environment's for its host, resolved here, once. Returns the session it replaced, which owns the
+    pool: its owner closes it after ``api`` (None when ``api`` had no such session)."""
+    rest = api.rest_client
+    env_session: aiohttp.ClientSession = rest.pool_manager
+    if not env_session.trust_env:
+        return None
+    proxy, headers = (None, {}) if rest.proxy else env_proxy(api.configuration.host or "")
+    if proxy is not None:
+        rest.proxy, rest.proxy_headers = proxy, rest.proxy_headers or headers
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=env_session.connector,
+        connector_owner=False,  # closing the session it replaces closes the pool
+        read_bufsize=READ_BUFSIZE,
+    )
+    return env_session
+
+
 class KubeClient:
     """Raw-JSON verbs over one authenticated session.
 
@@ -168,7 +189,7 @@ class KubeClient:
         self.limits = RateLimits(qps, burst)
         self.write_guard: WriteGuard | None = None
         self._owns_session = True
-        self._env_session: aiohttp.ClientSession | None = None  # the session ``_settled`` replaced
+        self._env_session: aiohttp.ClientSession | None = None  # what ``settle_environment`` replaced
 
     def with_own_budget(self) -> KubeClient:
         """A client on the same session and write guard, with a rate limiter of its own (same QPS and
@@ -182,35 +203,17 @@ class KubeClient:
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, *, qps: float = 0, burst: int = 0) -> KubeClient:
         """In-cluster config when running in a pod, else the kubeconfig (``path``, ``$KUBECONFIG``, ~/.kube)."""
+        api: k8s_client.ApiClient | None = None
         if path is None:
             try:
                 k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-                configuration = k8s_client.Configuration.get_default_copy()
-                return cls._settled(k8s_client.ApiClient(configuration), qps, burst)
+                api = k8s_client.ApiClient(k8s_client.Configuration.get_default_copy())
             except k8s_config.ConfigException:
                 pass
-        api = await k8s_config.new_client_from_config(config_file=path)
-        return cls._settled(api, qps, burst)
-
-    @classmethod
-    def _settled(cls, api: k8s_client.ApiClient, qps: float, burst: int) -> KubeClient:
-        """A client on ``api`` whose requests look up neither a netrc nor the proxy variables (see the
-        module docstring): the proxy ``api``'s configuration names, else the environment's for its
-        host, is resolved here, once."""
+        if api is None:
+            api = await k8s_config.new_client_from_config(config_file=path)
         kube = cls(api, qps=qps, burst=burst)
-        rest = api.rest_client
-        env_session: aiohttp.ClientSession = rest.pool_manager
-        if not env_session.trust_env:
-            return kube
-        proxy, headers = (None, {}) if rest.proxy else env_proxy(api.configuration.host or "")
-        if proxy is not None:
-            rest.proxy, rest.proxy_headers = proxy, rest.proxy_headers or headers
-        rest.pool_manager = aiohttp.ClientSession(
-            connector=env_session.connector,
-            connector_owner=False,  # closing the session it replaces closes the pool
-            read_bufsize=READ_BUFSIZE,
-        )
-        kube._env_session = env_session
+        kube._env_session = settle_environment(api)
         return kube
 
     async def close(self) -> None:

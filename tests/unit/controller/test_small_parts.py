@@ -12,7 +12,14 @@ import pytest
 
 from kubetrain import quantity
 from kubetrain.kube import lean
-from kubetrain.kube.client import KubeClient, RateLimits, TokenBucket, env_proxy, limited_kind
+from kubetrain.kube.client import (
+    KubeClient,
+    RateLimits,
+    TokenBucket,
+    env_proxy,
+    limited_kind,
+    settle_environment,
+)
 from kubetrain.kube.events import EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
@@ -225,10 +232,14 @@ async def test_a_client_resolves_its_proxy_once_and_its_session_looks_up_nothing
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    configuration = k8s_client.Configuration(host="https://10.0.0.1:6443")
-    kube = KubeClient._settled(k8s_client.ApiClient(configuration), 0, 0)
-    rest = kube.api.rest_client
+    api = k8s_client.ApiClient(k8s_client.Configuration(host="https://10.0.0.1:6443"))
+    replaced = settle_environment(api)
+    rest = api.rest_client
     session, pool = rest.pool_manager, rest.pool_manager.connector
     assert (session.trust_env, rest.proxy) == (False, "http://proxy:3128")
-    await kube.close()
-    assert session.closed and pool is not None and pool.closed
+    assert replaced is not None and replaced.connector is pool
+    assert settle_environment(api) is None  # settled once
+    await api.close()
+    assert session.closed and not pool.closed  # the replaced session owns the pool
+    await replaced.close()
+    assert pool.closed
