@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -476,7 +478,17 @@ def report(runs: list[Run]) -> str:
                 f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
             )
             console.print(lines[-1].strip())
+    lines.append(f"\nRun with {environment()}.")
     return "\n".join(lines) + "\n"
+
+
+def environment() -> str:
+    """What the figures depend on besides the code: the cores, and the libraries on the request path
+    (a new aiohttp once cost the controller a third of its CPU)."""
+    libraries = ", ".join(
+        f"{name} {importlib.metadata.version(name)}" for name in ("aiohttp", "kubernetes_asyncio")
+    )
+    return f"{os.cpu_count()} cores, Python {platform.python_version()}, {libraries}"
 
 
 def plot(runs: list[Run], path: Path) -> None:
