@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -187,7 +188,27 @@ class Jobs:
                     return job
             return None
 
-        return await eventually(probe, timeout=timeout, what=f"{kind} {name} to have {ctype}={status}")
+        try:
+            return await eventually(probe, timeout=timeout, what=f"{kind} {name} to have {ctype}={status}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{await self.describe(name, kind)}") from None
+
+    async def describe(self, name: str, kind: str = "PyTorchJob") -> str:
+        """The job's status and each pod of the namespace in a line: what a timed-out wait leaves to read
+        when the cluster is gone by the time anyone looks."""
+        job = await self.get(name, kind)
+        lines = [f"{kind} {name} status: {json.dumps((job or {}).get('status'), sort_keys=True)}"]
+        for pod in (await self.core.list_namespaced_pod(self.namespace)).items:
+            conditions = ",".join(
+                f"{c.type}={c.status}:{c.reason or ''}" for c in pod.status.conditions or []
+            )
+            restarts = sum(c.restart_count or 0 for c in pod.status.container_statuses or [])
+            lines.append(
+                f"pod {pod.metadata.name} uid={pod.metadata.uid} phase={pod.status.phase} "
+                f"deleting={pod.metadata.deletion_timestamp} node={pod.spec.node_name} "
+                f"restarts={restarts} conditions={conditions}"
+            )
+        return "\n".join(lines)
 
     async def run_to_ttl_deletion(
         self, name: str, *, runs: str, ttl_seconds: int, timeout: float = 30
