@@ -19,7 +19,9 @@ Failure semantics (docs/job-lifecycle.md):
 Every restart counts against ``runPolicy.backoffLimit``, whatever the policy,
 except a disruption: a pod the cluster stops for reasons of its own (its
 ``DisruptionTarget`` condition: preempted, evicted, drained, its node gone) is
-recreated whatever its restart policy and counted in ``disruptions`` instead.
+recreated whatever its restart policy and counted in ``disruptions`` instead;
+a peer that failed once the disruption began is recreated uncounted too
+(``failed_in_disruption``).
 """
 
 from __future__ import annotations
@@ -139,9 +141,31 @@ def termination_report(pod: Obj, container_name: str | None = None) -> dict[str,
     return None
 
 
+def disrupted_since(pods: Iterable[Obj]) -> str | None:
+    """When the earliest disruption among ``pods`` began (its ``DisruptionTarget`` transition)."""
+    times = [str(c.get("lastTransitionTime") or "") for c in map(disruption_condition, pods) if c]
+    return min((t for t in times if t), default=None)
+
+
+def failed_in_disruption(pod: Obj, since: str | None) -> bool:
+    """Whether ``pod`` ran when a peer was disrupted (at ``since``) and failed from then on: the ranks of
+    a distributed job fail at their next collective without the disrupted one, which may come before
+    the controller has seen the disruption and deleted them. Such a failure is the disruption's, not
+    the pod's, as it would be had the delete come first. (API timestamps are RFC 3339 in whole seconds
+    and UTC, so they compare as strings; a failure in the disruption's own second counts as its.)"""
+    if since is None or str(pod["metadata"].get("creationTimestamp") or "") > since:
+        return False
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        finished = ((status.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        if finished and str(finished) >= since:
+            return True
+    return False
+
+
 def observe(info: JobInfo, pods: list[Obj]) -> Observation:
     """Digest the job's pods (already filtered to those it controls)."""
     result = Observation()
+    since = disrupted_since(pod for pod in pods if replica_of(pod) is not None)
     by_type: dict[str, dict[str, int]] = {}
     for pod in pods:
         identity = replica_of(pod)
@@ -174,7 +198,8 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             counts["succeeded"] += 1
         elif phase == "Failed":
             counts["failed"] += 1
-            failures += _failed(result, info, rtype, pod, disrupted=disrupted is not None)
+            disrupted_too = disrupted is not None or failed_in_disruption(pod, since)
+            failures += _failed(result, info, rtype, pod, disrupted=disrupted_too)
         if failures:
             result.pod_failures[pod["metadata"]["uid"]] = failures
     result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}

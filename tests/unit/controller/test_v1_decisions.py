@@ -388,6 +388,42 @@ def test_an_evicted_pod_is_counted_once_while_it_terminates_and_new_pods_are_lef
     assert "countedDisruptions" not in cluster.job["status"]
 
 
+@pytest.mark.parametrize("policy", ["OnFailure", "Never"])
+def test_a_peer_that_fails_without_its_evicted_master_before_the_eviction_is_seen_is_not_counted(
+    policy: str,
+) -> None:
+    """The worker's next collective fails as soon as the evicted master stops, which can be before the
+    controller sees the eviction and deletes the worker: the failure is the disruption's."""
+    cluster = running(pytorchjob("ev", workers=1, restart_policy=policy, run_policy={"backoffLimit": 0}))
+    cluster.step(30)
+    _disrupt(cluster, "ev-master-0", deleted=True)
+    _fail_at(cluster, "ev-worker-0", cluster.now)
+    d = cluster.step()
+    assert not cond_true(cluster, "Failed") and d.status["restartCount"] == 0
+    assert d.status["disruptions"] == 1 and [p["metadata"]["name"] for p in d.delete_pods] == ["ev-worker-0"]
+    cluster.step()
+    assert cluster.pods["ev-worker-0"]["status"] == {"phase": "Pending"}  # recreated
+    del cluster.pods["ev-master-0"]  # its grace period over
+    cluster.step()
+    assert sorted(cluster.pods) == ["ev-master-0", "ev-worker-0"] and not cond_true(cluster, "Failed")
+    assert cluster.job["status"]["restartCount"] == 0
+
+
+def test_a_peer_that_failed_before_the_disruption_began_is_still_its_own_failure() -> None:
+    cluster = running(pytorchjob("ev", workers=1, restart_policy="Never", run_policy={"backoffLimit": 0}))
+    cluster.step(30)
+    _fail_at(cluster, "ev-worker-0", cluster.now - dt.timedelta(seconds=5))
+    _disrupt(cluster, "ev-master-0", deleted=True)
+    cluster.step()
+    assert cond_true(cluster, "Failed")
+
+
+def _fail_at(cluster: Cluster, pod: str, moment: dt.datetime) -> None:
+    cluster.set(pod, "Failed", code=1)
+    state = cluster.pods[pod]["status"]["containerStatuses"][0]["state"]
+    state["terminated"]["finishedAt"] = v1.rfc3339(moment)
+
+
 def cond_true(cluster: Cluster, ctype: str) -> bool:
     return any(
         c["type"] == ctype and c["status"] == "True" for c in cluster.job["status"].get("conditions", [])
