@@ -20,7 +20,7 @@ renew deadline that bounds them). Events get a bucket of their own
 
 Why the environment is read once: ``kubernetes_asyncio`` opens its aiohttp session with
 ``trust_env=True``, and such a session looks up ``~/.netrc`` and the proxy variables on every request,
-each in a thread of the default executor (aiohttp 3.10 on). For a controller that is a third of its CPU
+each in a thread of the default executor (aiohttp 3.14 does). For a controller that is a third of its CPU
 at thousands of pods (two thread hops a request, a ``LookupError`` when, as usual, there is no proxy).
 ``settle_environment`` (which ``from_kubeconfig`` and the job client's ``connect`` call) resolves the
 proxy for the API server once, as client-go does (it reads ``HTTPS_PROXY``/``NO_PROXY`` once a process,
