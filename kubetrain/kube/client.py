@@ -177,6 +177,19 @@ def settle_environment(api: k8s_client.ApiClient) -> aiohttp.ClientSession | Non
     return env_session
 
 
+async def _body(response: aiohttp.ClientResponse, method: str, path: str) -> bytes:
+    """The whole body of ``response``, released. An answer cut off on its way (the API server stopped
+    or restarted, a proxy broke off) is an ``APIServerError`` like a connection lost before it, not
+    aiohttp's own error: every caller already treats an ``APIError`` as transient, and a loop that
+    let aiohttp's through would die of it. Not retried here: a write may already have been applied."""
+    try:
+        return await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise errors.APIServerError(0, f"the answer was cut off: {exc}", method=method, path=path) from exc
+    finally:
+        response.release()
+
+
 class KubeClient:
     """Raw-JSON verbs over one authenticated session.
 
@@ -269,8 +282,7 @@ class KubeClient:
             observer.current().api_request(method, resource, str(response.status), time.monotonic() - started)
             if response.status < 400:
                 return response
-            raw = await response.read()
-            response.release()
+            raw = await _body(response, method, path)
             error = errors.for_status(response.status, raw, method=method, path=path)
             retryable = response.status == 429 or response.status >= 500
             if not retryable or attempt == retries:
@@ -282,10 +294,7 @@ class KubeClient:
 
     async def request(self, method: str, path: str, *, resource: str = "", **kwargs: Any) -> Obj:
         response = await self._send(method, path, resource=resource, **kwargs)
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
+        raw = await _body(response, method, path)
         result: Obj = json.loads(raw) if raw else {}
         return result
 

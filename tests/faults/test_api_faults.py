@@ -17,6 +17,9 @@ from kubernetes_asyncio import client
 
 from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
+from kubetrain.kube.resources import NAMESPACES
 from tests.faults.support import PodHistory, v1job
 from tests.support import HANG, ControllerHandle, Jobs, eventually, fails, pytorchjob, runs_for
 
@@ -232,3 +235,20 @@ async def test_a_409_on_a_delete_is_not_taken_for_done_while_the_pod_is_still_th
 
     await eventually(master_gone, timeout=30, what="the failed job's running master to be deleted")
     assert refused.fired == 6
+
+
+async def test_an_answer_cut_off_on_its_way_is_an_api_error_and_the_next_request_goes_through(
+    fault_proxy: FaultProxy, proxied_kubeconfig: Path, namespace: str
+) -> None:
+    """The API server restarts while it answers: the head came, the body stops short. Every loop of the
+    controller and the dev cluster catches ``APIError`` and tries again; aiohttp's own error would end
+    the loop that met it (the dev cluster's pod finalizer among them, and with it every pod's removal)."""
+    fault_proxy.add(Rule(faultproxy.cut(0), method="GET", path=rf"/namespaces/{namespace}$", times=1))
+    kube = await KubeClient.from_kubeconfig(str(proxied_kubeconfig))
+    try:
+        with pytest.raises(errors.APIServerError, match="cut off"):
+            await kube.get(NAMESPACES, namespace)
+        again = await kube.get(NAMESPACES, namespace)
+        assert again is not None and again["metadata"]["name"] == namespace
+    finally:
+        await kube.close()
