@@ -71,6 +71,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, tier))
 
 
+_session_cluster: list[DevCluster] = []  # the dev_cluster fixture's, once a test asked for it
+
+
 @pytest.fixture(scope="session")
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """A running local cluster with simulated GPU and CPU nodes."""
@@ -80,9 +83,33 @@ def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster
         if cluster.load_state() is not None:
             cluster.down()
         cluster.up(ClusterOptions(gpu_nodes=2, gpus_per_node=8, cpu_nodes=2))
+    _session_cluster.append(cluster)
     yield cluster
+    _session_cluster.remove(cluster)
     if not reuse:
         cluster.down()
+
+
+LOG_LINES_SHOWN = 30
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """After a failure, stop the session if a component of its cluster is down: every later test
+    would fail too, each after its own timeout, and say nothing of why. The component's log says."""
+    if not report.failed or not _session_cluster:
+        return
+    cluster = _session_cluster[0]
+    down = [status.name for status in cluster.status() if not status.healthy]
+    if down:
+        tails = []
+        for name in down:
+            path = cluster.log_path(name)
+            lines = path.read_text(errors="replace").splitlines()[-LOG_LINES_SHOWN:] if path.exists() else []
+            tails.append(f"--- the last lines of {path}:\n" + "\n".join(lines))
+        pytest.exit(
+            f"the dev cluster lost {', '.join(down)} during {report.nodeid}\n" + "\n".join(tails),
+            returncode=1,
+        )
 
 
 @pytest.fixture(scope="session")
