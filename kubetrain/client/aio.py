@@ -41,7 +41,7 @@ from kubetrain.client.errors import (
     JobNotFoundError,
     JobTimeoutError,
 )
-from kubetrain.kube.client import settle_environment
+from kubetrain.kube.client import close_api, settle_environment
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -168,9 +168,7 @@ class AsyncJobClient:
 
     async def close(self) -> None:
         if self._owns_api:
-            await self.api.close()
-            if self._env_session is not None:
-                await self._env_session.close()
+            await close_api(self.api, self._env_session)
 
     async def __aenter__(self) -> AsyncJobClient:
         return self

@@ -177,6 +177,13 @@ def settle_environment(api: k8s_client.ApiClient) -> aiohttp.ClientSession | Non
     return env_session
 
 
+async def close_api(api: k8s_client.ApiClient, replaced: aiohttp.ClientSession | None) -> None:
+    """Close ``api``, then the session ``settle_environment`` replaced in it (which owns the pool)."""
+    await api.close()
+    if replaced is not None:
+        await replaced.close()
+
+
 async def _body(response: aiohttp.ClientResponse, method: str, path: str) -> bytes:
     """The whole body of ``response``, released. An answer cut off on its way (the API server stopped
     or restarted, a proxy broke off) is an ``APIServerError`` like a connection lost before it, not
@@ -231,9 +238,7 @@ class KubeClient:
 
     async def close(self) -> None:
         if self._owns_session:
-            await self.api.close()
-            if self._env_session is not None:
-                await self._env_session.close()
+            await close_api(self.api, self._env_session)
 
     # -- transport -------------------------------------------------------------------------------
     async def _send(
