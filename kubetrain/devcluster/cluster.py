@@ -531,12 +531,21 @@ class DevCluster:
     def restart(self, name: str, *, down_for: float = 0.0) -> float:
         """Stop one component and start it again on the same port with the same flags, as after a
         crash or an upgrade (the fault suite restarts the API server mid-run); returns the seconds it
-        took to become healthy again."""
+        took to become healthy again. The component itself may have died (that is when one restarts
+        it); the others must be running."""
         state = self.load_state()
-        if state is None or not self.is_up():
+        if state is None:
             raise DevClusterError(f"no running cluster in {self.state_dir}; run `kubetrain dev up`")
         if name not in state.pids or name not in COMPONENTS:
             raise DevClusterError(f"unknown component {name!r}; choose from {', '.join(state.pids)}")
+        down = [
+            n for n, pid in state.pids.items() if n in COMPONENTS and n != name and not process.pid_alive(pid)
+        ]
+        if down:
+            raise DevClusterError(
+                f"cannot restart {name} alone: also down in {self.state_dir}: {', '.join(down)}; "
+                "run `kubetrain dev down`, then `kubetrain dev up`"
+            )
         options = ClusterOptions(**state.options)
         component = next(c for c in self._components(state.ports, options) if c.name == name)
         process.stop(state.pids[name])

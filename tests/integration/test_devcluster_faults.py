@@ -56,6 +56,35 @@ def test_logs_prints_a_component_log(dev_cluster: DevCluster) -> None:
     assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
 
 
+def test_restart_brings_back_a_component_that_died(dev_cluster: DevCluster) -> None:
+    state = dev_cluster.load_state()
+    assert state is not None
+    process.kill(state.pids["kube-scheduler"])  # as a crash would
+    assert not dev_cluster.is_up()
+    proc = _kubetrain("dev", "restart", "kube-scheduler", "--state-dir", str(dev_cluster.state_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "Restarted kube-scheduler" in proc.stderr
+    assert dev_cluster.is_up()
+    assert all(c.healthy for c in dev_cluster.status() if c.running), dev_cluster.status()
+
+
+def test_restart_of_one_component_refuses_when_another_is_down_too(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / "state.json").write_text(
+        json.dumps(
+            {
+                "ports": {"etcd": 1, "kwok": 2},
+                "pids": {"etcd": dead.pid, "kwok": dead.pid},
+                "options": {},
+                "started_at": 0,
+            }
+        )
+    )
+    line = _error_line(_kubetrain("dev", "restart", "kwok", "--state-dir", str(tmp_path)))
+    assert "cannot restart kwok alone" in line and "etcd" in line and "kubetrain dev down" in line
+
+
 def test_a_stale_state_dir_is_reported_with_the_fix(tmp_path: Path) -> None:
     state_dir = tmp_path / "stale"
     state_dir.mkdir()
