@@ -12,7 +12,9 @@ run before it gone):
 Measured: per-job latency from submit to all of its pods created (p50, p95); makespan from the first
 submit to every job Succeeded (bare: every pod Succeeded); the operator's CPU seconds, peak RSS, RSS
 against pods created, and its API requests per job by verb, read from its own client metrics
-(``kubetrain_kube_api_requests_total``, client-go's ``rest_client_requests_total``).
+(``kubetrain_kube_api_requests_total``, client-go's ``rest_client_requests_total``); and the CPU
+seconds of every process on the machine during each run (the cluster's components, the submitter,
+the operator), which on a machine of few cores is what the makespan ratio follows.
 
 Usage: python benchmarks/controller_throughput.py [--jobs 50 --jobs 300] [--workers 3]
 Sizes also come from $KUBETRAIN_BENCH_JOBS (comma-separated: 50,300,2000).
@@ -94,6 +96,7 @@ class Run:
     qps: float | None = None  # the client-side budget: the floor is children to create / qps
     rss_by_pods: list[tuple[int, float]] = field(default_factory=list)  # (pods created, RSS MiB)
     cache_mib: dict[str, float] = field(default_factory=dict)  # the children's cache, by what it keeps
+    cpu_by_process: dict[str, float] = field(default_factory=dict)  # CPU seconds during the run
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -170,7 +173,7 @@ class PodClock:
             self.last_success = time.monotonic()
 
 
-async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
+async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[str, int]) -> Run:
     """Create every pod and service directly, as fast as possible, and wait for the pods to succeed."""
     namespace = f"bench-bare-{jobs}x{workers + 1}-{int(time.time())}"
     await _namespace(kube, namespace)
@@ -191,6 +194,8 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
                     obj["metadata"].pop("ownerReferences")
                     objects.append(obj)
     limit = asyncio.Semaphore(64)
+    meter = CpuMeter(cluster)
+    meter.start()
     started = time.monotonic()
     submitted = {f"job-{j:04d}": started for j in range(jobs)}
 
@@ -203,6 +208,7 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int) -> Run:
     while len(clock.succeeded) < total:
         await asyncio.sleep(0.05)
     result.makespan = clock.last_success - started
+    result.cpu_by_process = meter.stop()
     result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
     await clock.informer.stop()
     result.cache_mib = await cache_footprint(kube, namespace)
@@ -344,6 +350,32 @@ def _proc_stats(pid: int) -> tuple[float, float, float]:
     return cpu, int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
+class CpuMeter:
+    """CPU seconds each process on the machine spends from ``start`` to ``stop``: the dev cluster's
+    components, this process (the submitter and its watches) and the operator. On a machine of few
+    cores they share the CPU, so what the operator and the API server it keeps busy spend is time
+    the API server, the scheduler and kwok do not have for the pods: the makespan ratio follows it."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._at_start: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        now = {"benchmark": time.process_time()}
+        for name, pid in self.pids.items():
+            with contextlib.suppress(OSError):  # a component that is not running (kueue) spends nothing
+                now[name] = _proc_stats(pid)[0]
+        return now
+
+    def start(self) -> None:
+        self._at_start = self._read()
+
+    def stop(self) -> dict[str, float]:
+        return {
+            name: cpu - self._at_start[name] for name, cpu in self._read().items() if name in self._at_start
+        }
+
+
 async def start_operator(
     operator: Operator, kubeconfig: Path, namespace: str, port: int
 ) -> subprocess.Popen[bytes]:
@@ -367,7 +399,7 @@ async def start_operator(
 
 
 async def run_operator(
-    kube: KubeClient, kubeconfig: Path, operator: Operator, jobs: int, workers: int
+    kube: KubeClient, kubeconfig: Path, operator: Operator, jobs: int, workers: int, cluster: dict[str, int]
 ) -> Run:
     namespace = f"bench-{operator.name.split()[0].lower()}-{jobs}x{workers + 1}-{int(time.time())}"
     await _namespace(kube, namespace)
@@ -376,6 +408,8 @@ async def run_operator(
     proc = await start_operator(operator, kubeconfig, namespace, port)
     try:
         cpu_at_start, _, _ = _proc_stats(proc.pid)  # start-up (imports, cache sync) is not throughput
+        meter = CpuMeter({**cluster, "operator": proc.pid})
+        meter.start()
         requests_at_start = _scrape_requests(port, operator)
         clock = PodClock(kube, namespace, workers + 1)
         clock.informer.start()
@@ -417,6 +451,7 @@ async def run_operator(
         sampler.cancel()
         result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
         cpu_at_end, _, result.peak_rss_mib = _proc_stats(proc.pid)
+        result.cpu_by_process = meter.stop()
         result.cpu_seconds = cpu_at_end - cpu_at_start
         requests = _scrape_requests(port, operator)
         result.requests = {verb: n - requests_at_start.get(verb, 0) for verb, n in requests.items()}
@@ -478,8 +513,29 @@ def report(runs: list[Run]) -> str:
                 f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
             )
             console.print(lines[-1].strip())
+    lines.extend(cpu_report(runs))
     lines.append(f"\nRun with {environment()}.")
     return "\n".join(lines) + "\n"
+
+
+def cpu_report(runs: list[Run]) -> list[str]:
+    """The CPU seconds every process spent during each run, and how busy that kept the machine
+    (their sum over cores times makespan): markdown lines, empty when no cluster processes were read."""
+    measured = [r for r in runs if r.cpu_by_process]
+    if not measured:
+        return []
+    names = list(dict.fromkeys(n for r in measured for n, cpu in r.cpu_by_process.items() if cpu >= 0.05))
+    columns = ("configuration", "jobs × pods", *names, "total", "machine busy")
+    lines = ["\nCPU seconds during each run, by process:\n", "| " + " | ".join(columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
+    cores = os.cpu_count() or 1
+    for r in measured:
+        total = sum(r.cpu_by_process.values())
+        cells = [r.name, f"{r.jobs} × {r.pods_per_job}"]
+        cells += [f"{r.cpu_by_process[n]:.1f}" if n in r.cpu_by_process else "-" for n in names]
+        cells += [f"{total:.1f}", f"{total / (cores * r.makespan):.0%}" if r.makespan else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def environment() -> str:
@@ -542,7 +598,7 @@ def operators(args: argparse.Namespace) -> list[Operator]:
     return [o for o in chosen if o.name in args.only or o.name.split()[0] in args.only]
 
 
-async def measure(args: argparse.Namespace, kubeconfig: Path) -> list[Run]:
+async def measure(args: argparse.Namespace, kubeconfig: Path, cluster: dict[str, int]) -> list[Run]:
     kube = await KubeClient.from_kubeconfig(str(kubeconfig))
     runs: list[Run] = []
     chosen = operators(args)
@@ -552,10 +608,10 @@ async def measure(args: argparse.Namespace, kubeconfig: Path) -> list[Run]:
             size = f"{jobs} jobs × {args.workers + 1} pods"
             if not args.only or "bare" in args.only:
                 with console.status(f"{size}: bare parallel creator"):
-                    runs.append(await run_baseline(kube, jobs, args.workers))
+                    runs.append(await run_baseline(kube, jobs, args.workers, cluster))
             for operator in chosen:
                 with console.status(f"{size}: {operator.name}"):
-                    runs.append(await run_operator(kube, kubeconfig, operator, jobs, args.workers))
+                    runs.append(await run_operator(kube, kubeconfig, operator, jobs, args.workers, cluster))
                 console.print(f"  {size}: {operator.name} {runs[-1].makespan:.1f}s")
     finally:
         await kube.close()
@@ -607,7 +663,8 @@ def main() -> None:
     cluster = None if args.kubeconfig else start_cluster(args.jobs, args.workers)
     try:
         kubeconfig = Path(args.kubeconfig) if args.kubeconfig else cluster.kubeconfig  # type: ignore[union-attr]
-        runs = asyncio.run(measure(args, kubeconfig))
+        components = {c.name: c.pid for c in cluster.status() if c.pid is not None} if cluster else {}
+        runs = asyncio.run(measure(args, kubeconfig, components))
     finally:
         if cluster is not None:
             cluster.down()
