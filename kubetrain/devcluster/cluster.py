@@ -163,6 +163,11 @@ def _port_in_use(port: int) -> bool:
     return False
 
 
+def _down(state: ClusterState) -> list[str]:
+    """The components of ``state`` whose process is gone."""
+    return [name for name, pid in state.pids.items() if name in COMPONENTS and not process.pid_alive(pid)]
+
+
 class DevCluster:
     """A local cluster rooted at one state dir."""
 
@@ -192,9 +197,7 @@ class DevCluster:
 
     def is_up(self) -> bool:
         state = self.load_state()
-        return state is not None and all(
-            process.pid_alive(pid) for name, pid in state.pids.items() if name in COMPONENTS
-        )
+        return state is not None and not _down(state)
 
     def adopt(self, name: str, pid: int) -> None:
         """Record a process started beside the cluster (the demo's controller) so ``down`` stops it too."""
@@ -538,9 +541,7 @@ class DevCluster:
             raise DevClusterError(f"no running cluster in {self.state_dir}; run `kubetrain dev up`")
         if name not in state.pids or name not in COMPONENTS:
             raise DevClusterError(f"unknown component {name!r}; choose from {', '.join(state.pids)}")
-        down = [
-            n for n, pid in state.pids.items() if n in COMPONENTS and n != name and not process.pid_alive(pid)
-        ]
+        down = [n for n in _down(state) if n != name]
         if down:
             raise DevClusterError(
                 f"cannot restart {name} alone: also down in {self.state_dir}: {', '.join(down)}; "
