@@ -292,11 +292,21 @@ def stop_requested(ckpt: CheckpointManager, world: int, device: torch.device) ->
 
 
 def finish(ckpt: CheckpointManager | None, world: int, metrics: dict[str, float]) -> None:
-    """Report the final metrics, then leave the process group together."""
+    """Report the final metrics, then wait for every rank to be done before any leaves."""
     if ckpt is not None:
         ckpt.write_report(metrics=metrics)
     if world > 1:
         dist.barrier()
+
+
+def leave_process_group() -> None:
+    """Destroy the process group, however training ended (done, fenced off, stopped, failed).
+
+    Left to the interpreter's exit, gloo's worker threads may still hold finished collectives whose
+    tensors then need the GIL of an interpreter being torn down: the process aborts (SIGABRT) instead
+    of exiting with its code, e.g. a fenced-off rank with -6 rather than 86.
+    """
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -309,6 +319,14 @@ def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.dev
 def main() -> int:
     args = parse_args()
     rank, world, device = setup()
+    try:
+        return train(args, rank, world, device)
+    finally:
+        leave_process_group()
+
+
+def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> int:
+    """Train from the agreed resume point to ``args.steps``; the exit code."""
     directory = os.environ.get("KUBETRAIN_CHECKPOINT_DIR")
     ckpt = checkpoints(directory, args.keep)
     x_train, y_train, x_test, y_test = data(rank, world)

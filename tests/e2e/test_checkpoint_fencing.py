@@ -287,7 +287,8 @@ def test_the_example_stops_every_rank_with_the_fenced_exit_code(
         )
     ranks[0].expect_line(r"\[rank 0\] checkpoint saved step=40")
     CheckpointManager(directory, rank=0, attempt=2).start()  # attempt 2's rank 0 starts
-    assert [r.wait() for r in ranks] == [EXIT_FENCED, EXIT_FENCED]
+    codes = [r.wait() for r in ranks]
+    assert codes == [EXIT_FENCED, EXIT_FENCED], [r.stderr()[-3000:] for r in ranks]
     ranks[1].expect_line(r"\[rank 1\] stopping: rank 0 was fenced off")
     report = ranks[0].report()
     assert (report["status"], report["attempt"], report["fenced_by"]) == ("fenced", "1", "2")
