@@ -50,6 +50,10 @@ log = logging.getLogger("kubetrain.controller")
 V1_CHILD_SELECTOR = naming.LABEL_JOB_NAME  # "label exists": only pods and services of v1 jobs
 TRAINJOB_CHILD_SELECTOR = naming.JOBSET_NAME  # and of TrainJobs
 JOB_KINDS = frozenset(k.kind for k in JOBS)
+# Connections to the API server: enough for the workers' requests in flight beside the watches; each
+# holds a TLS read buffer, so the 100 of kubernetes_asyncio's default cost memory a burst never needs
+# (docs/performance.md measures both).
+API_CONNECTIONS = 64
 
 
 @dataclass
@@ -302,7 +306,10 @@ async def run(options: Options, *, stop: asyncio.Event | None = None) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     kube = await KubeClient.from_kubeconfig(
-        options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
+        options.kubeconfig,
+        qps=options.kube_api_qps,
+        burst=options.kube_api_burst,
+        connections=API_CONNECTIONS,
     )
     manager = Manager(kube, options)
     endpoints = await serve_endpoints(options, manager.ready.is_set)

@@ -41,7 +41,9 @@ class Options:
     namespace: str | None = flag(None, "Watch one namespace only (default: all).")
     # --enable-scheme (repeatable, case-insensitive kind names) is parsed by the CLI into this.
     kinds: tuple[str, ...] = tuple(k.kind for k in api_kinds.JOBS)
-    workers: int = flag(4, "Concurrent reconciles per kind.", "--workers", "--controller-threads", min=1)
+    # Coroutines, not threads: a reconcile mostly waits on the API server, so many cost little. A burst
+    # of submissions is created as fast as the workers can start jobs (docs/performance.md).
+    workers: int = flag(32, "Concurrent reconciles per kind.", "--workers", "--controller-threads", min=1)
     kube_api_qps: float = flag(50.0, "Client-side request rate limit for each API kind (0 disables).")
     kube_api_burst: int = flag(100, "Client-side burst above the rate limit.")
     leader_elect: bool = flag(False, "Elect a leader through a Lease before acting.")

@@ -221,17 +221,26 @@ class KubeClient:
         return sibling
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | None = None, *, qps: float = 0, burst: int = 0) -> KubeClient:
-        """In-cluster config when running in a pod, else the kubeconfig (``path``, ``$KUBECONFIG``, ~/.kube)."""
-        api: k8s_client.ApiClient | None = None
+    async def from_kubeconfig(
+        cls, path: str | None = None, *, qps: float = 0, burst: int = 0, connections: int | None = None
+    ) -> KubeClient:
+        """In-cluster config when running in a pod, else the kubeconfig (``path``, ``$KUBECONFIG``, ~/.kube).
+
+        ``connections`` caps the pooled connections to the API server (kubernetes_asyncio's default is
+        100): each costs a TLS read buffer, so a client that sends many requests at once holds that many."""
+        config: k8s_client.Configuration | None = None
         if path is None:
             try:
                 k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api = k8s_client.ApiClient(k8s_client.Configuration.get_default_copy())
+                config = k8s_client.Configuration.get_default_copy()
             except k8s_config.ConfigException:
                 pass
-        if api is None:
-            api = await k8s_config.new_client_from_config(config_file=path)
+        if config is None:
+            config = k8s_client.Configuration()
+            await k8s_config.load_kube_config(config_file=path, client_configuration=config)
+        if connections is not None:
+            config.connection_pool_maxsize = connections
+        api = k8s_client.ApiClient(config)
         kube = cls(api, qps=qps, burst=burst)
         kube._env_session = settle_environment(api)
         return kube

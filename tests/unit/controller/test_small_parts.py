@@ -6,11 +6,13 @@ import asyncio
 import itertools
 import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubetrain import quantity
+from kubetrain.controller.main import API_CONNECTIONS
 from kubetrain.kube import lean
 from kubetrain.kube.client import (
     KubeClient,
@@ -243,3 +245,30 @@ async def test_a_client_resolves_its_proxy_once_and_its_session_looks_up_nothing
     assert session.closed and not pool.closed  # the replaced session owns the pool
     await replaced.close()
     assert pool.closed
+
+
+async def test_a_client_caps_its_pooled_connections_where_asked(tmp_path: Path) -> None:
+    """Each pooled connection holds a TLS read buffer: the controller asks for fewer than the 100 of
+    kubernetes_asyncio's default, a client that says nothing keeps that default."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    capped = await KubeClient.from_kubeconfig(str(kubeconfig), connections=API_CONNECTIONS)
+    default = await KubeClient.from_kubeconfig(str(kubeconfig))
+    try:
+        assert capped.api.rest_client.pool_manager.connector.limit == API_CONNECTIONS < 100
+        assert default.api.rest_client.pool_manager.connector.limit == 100
+        assert capped.api.configuration.host == "https://10.0.0.1:6443"
+    finally:
+        await capped.close()
+        await default.close()
