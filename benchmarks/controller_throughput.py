@@ -7,7 +7,8 @@ run before it gone):
   floor any controller pays to the API server and kwok);
 * the upstream Go operator, training-operator v1.8.1 (``go install``-ed into the binary cache on first
   use), whose client budget controller-runtime fixes at QPS 20 / burst 30;
-* kubetrain's controller at that budget, and unlimited.
+* kubetrain's controller at that budget with the upstream operator's 8 workers, and unlimited with its
+  default workers.
 
 Measured: per-job latency from submit to all of its pods created (p50, p95); makespan from the first
 submit to every job Succeeded (bare: every pod Succeeded); the operator's CPU seconds, peak RSS, RSS
@@ -73,7 +74,7 @@ from tests.support import controller_command  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 RUN_FOR = "3s"
-THREADS = 8  # reconcile workers of every operator
+THREADS = 8  # reconcile workers of every operator at the upstream operator's budget
 UPSTREAM_NAMESPACE = "kubeflow"
 UPSTREAM_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed by the upstream operator
 SIZES_ENV = "KUBETRAIN_BENCH_JOBS"
@@ -252,12 +253,14 @@ class Operator:
     qps: float | None  # its client-side budget (None: unlimited)
 
 
-def kubetrain_operator(qps: float, burst: int) -> Operator:
+def kubetrain_operator(qps: float, burst: int, workers: int | None) -> Operator:
+    """kubetrain's controller at ``qps`` (0: unlimited), with ``workers`` (None: its default)."""
+
     def argv(namespace: str, port: int) -> list[str]:
+        threads = ["--workers", str(workers)] if workers is not None else []
         return controller_command(
             namespace,
-            "--workers",
-            str(THREADS),
+            *threads,
             "--kube-api-qps",
             str(qps),
             "--kube-api-burst",
@@ -590,8 +593,8 @@ def plot(runs: list[Run], path: Path) -> None:
 def operators(args: argparse.Namespace) -> list[Operator]:
     chosen = [
         upstream_operator(),
-        kubetrain_operator(UPSTREAM_QPS, UPSTREAM_BURST),
-        kubetrain_operator(args.qps, max(1, int(args.qps * 2))),
+        kubetrain_operator(UPSTREAM_QPS, UPSTREAM_BURST, THREADS),
+        kubetrain_operator(args.qps, max(1, int(args.qps * 2)), None),
     ]
     if not args.only:
         return chosen

@@ -1,8 +1,8 @@
-"""The controller benchmark runs as docs/performance.md shows, at a tiny size, on the test cluster.
+"""The benchmarks run as docs/performance.md shows, at a tiny size.
 
-Its figures are not checked here (performance is measured only by benchmarks/, side by side); what
+Their figures are not checked here (performance is measured only by benchmarks/, side by side); what
 is checked is that every configuration, the upstream Go operator included, ran every job to the end
-and reported what the docs' table is made of.
+and reported what the docs' table is made of, and that every request was priced.
 """
 
 from __future__ import annotations
@@ -41,3 +41,24 @@ def test_the_documented_benchmark_runs_every_configuration(kubeconfig: Path, tmp
             assert run["peak_rss_mib"] > 0 and run["rss_by_pods"], run["name"]
     assert runs[0]["cache_mib"]["pods as cached"] < runs[0]["cache_mib"]["pods as sent"]
     assert (tmp_path / "controller_throughput.png").stat().st_size > 0
+
+
+def test_the_documented_request_cost_benchmark_prices_every_request(tmp_path: Path) -> None:
+    """It starts a dev cluster of its own (the CPU it reads is that cluster's processes'), so at a
+    tiny size it checks that every measurement ran, the pods that run included, and was reported."""
+    run_documented(
+        "docs/performance.md",
+        ".venv/bin/python benchmarks/apiserver_write_cost.py",
+        env={**os.environ, "COLUMNS": "200"},
+        replace={
+            "apiserver_write_cost.py": f"apiserver_write_cost.py --requests 4 --rounds 1 --settle 0.1 --results {tmp_path}"
+        },
+        timeout=600,
+    )
+    found = json.loads((tmp_path / "apiserver_write_cost.json").read_text())
+    assert len(found["median"]) == 8 and all(len(r) == 1 for r in found["rounds"].values()), found
+    measured = {"kube-apiserver", "etcd", "kube-scheduler", "kwok"}
+    assert all(set(cost) == measured for cost in found["median"].values()), found["median"]
+    report = (tmp_path / "apiserver_write_cost.md").read_text()
+    assert "| PyTorchJob status PATCH, CRD without CEL rules |" in report, report
+    assert (tmp_path / "apiserver_write_cost.png").stat().st_size > 0
