@@ -31,6 +31,7 @@ PROGRESS and ETA in ``kubectl get`` while it trains.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -304,7 +305,8 @@ def leave_process_group() -> None:
 
     Left to the interpreter's exit, gloo's worker threads may still hold finished collectives whose
     tensors then need the GIL of an interpreter being torn down: the process aborts (SIGABRT) instead
-    of exiting with its code, e.g. a fenced-off rank with -6 rather than 86.
+    of exiting with its code, e.g. a fenced-off rank with -6 rather than 86. That is not all torch
+    leaves to the teardown, so the script also ends without one (``leave``).
     """
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -369,5 +371,33 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     return 0
 
 
+def exit_code(stop: SystemExit) -> int:
+    """The code ``sys.exit`` would leave with (a message goes to stderr, as the interpreter prints it)."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code`` without tearing the interpreter down.
+
+    The exit handlers run (the checkpoint report, logging), then the process ends at once: objects
+    torch leaves to the interpreter's teardown (the store's and gloo's threads, even after the process
+    group is destroyed) can abort it there, so a rank fenced off with 86 would end with -6 (SIGABRT).
+    """
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = exit_code(stop)
+    except BaseException:  # what the interpreter would print (and the checkpoint report records)
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    leave(code)
