@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import statistics
 import time
@@ -124,7 +123,7 @@ def _service(t: Target, r: int, i: int) -> Awaitable[Any]:
 
 
 def _pod(t: Target, r: int, i: int, *, gated: bool) -> Awaitable[Any]:
-    body = copy.deepcopy(manifest("x", 3)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
+    body = manifest("x", 3)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]  # a fresh dict each call
     body["metadata"]["name"] = f"pod-{r}-{i:04d}-{'gated' if gated else 'run'}"
     if gated:
         body["spec"]["schedulingGates"] = [{"name": "kubetrain.dev/benchmark"}]
@@ -287,9 +286,10 @@ def main() -> None:
     (results / "apiserver_write_cost.json").write_text(
         json.dumps({"rounds": found, "median": cost}, indent=1)
     )
-    (results / "apiserver_write_cost.md").write_text(report(cost, args.requests, args.rounds))
+    table = report(cost, args.requests, args.rounds)
+    (results / "apiserver_write_cost.md").write_text(table)
     plot(cost, results / "apiserver_write_cost.png")
-    console.print(report(cost, args.requests, args.rounds))
+    console.print(table)
     console.print(f"results in {results}/apiserver_write_cost.{{json,md,png}}")
 
 
