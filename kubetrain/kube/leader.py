@@ -314,6 +314,7 @@ class LeaderElector:
         self.lost = asyncio.Event()
         self.lost_reason = ""
         self._waiting_on = ""
+        self.failure = ""  # why the last attempt failed ("" when it did not)
 
     # -- one attempt ----------------------------------------------------------------------------------
     def _deadline_passed(self) -> bool:
@@ -352,15 +353,14 @@ class LeaderElector:
                 else:
                     version = await self.store.update(decision.record, self.observation.resource_version)
         except ATTEMPT_FAILURES as exc:
-            level = logging.WARNING if self.leading else logging.DEBUG
-            log.log(level, "lease %s: %s attempt failed: %s", self.lease, self._role(), _describe(exc))
+            self.failure = _describe(exc)
+            if self.leading:
+                log.warning("lease %s: renew attempt failed: %s", self.lease, self.failure)
             return None
+        self.failure = ""
         self.observation = Observation(decision.record, version, self._clock())
         self.renewed_at = started
         return decision
-
-    def _role(self) -> str:
-        return "renew" if self.leading else "acquire"
 
     # -- the loops -----------------------------------------------------------------------------------
     async def acquire(self) -> None:
@@ -370,11 +370,17 @@ class LeaderElector:
         replica's clock (and at least every retry period, to notice a release).
         """
         retry = self.timings.retry_period
+        reported = ""
         while True:
             decision = await self._attempt(self.timings.call_timeout)
             if decision is not None and decision.action is not Action.WAIT:
                 self._became_leader()
                 return
+            if self.failure and self.failure != reported:
+                # Once per distinct reason: a Lease this replica may not read or write (RBAC, a missing
+                # namespace) otherwise leaves a controller that waits forever and says nothing.
+                log.warning("lease %s: cannot acquire it yet: %s", self.lease, self.failure)
+            reported = self.failure
             pause = retry
             if decision is not None:
                 pause = min(retry, decision.expires_in)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -173,7 +174,9 @@ async def test_the_controller_runs_with_only_its_own_rbac(
     tmp_path: Path,
     jobs: Jobs,
     custom: client.CustomObjectsApi,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="kubetrain")  # a failure shows what the controller was doing
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "base" / "rbac.yaml"))
     token = kubectl("create", "token", "kubetrain-controller", "-n", controller_namespace).stdout.strip()
     admin = yaml.safe_load(kubeconfig.read_text())

@@ -212,6 +212,23 @@ async def test_of_two_replicas_racing_for_an_expired_lease_one_wins_the_other_wa
     assert [w.holder for w in lease.writes] == ["me"]
 
 
+async def test_a_replica_that_may_not_take_the_lease_says_why_once_per_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Lease the controller may not read (RBAC, a missing namespace) must not leave a silent process
+    that never starts: each new reason is a warning, a repeated one is not."""
+    clock = FakeClock(1000.0)
+    lease = MemoryLease()
+    forbidden = errors.APIError(403, {"message": "leases is forbidden"}, method="GET", path="leases")
+    lease.failing = lambda: forbidden if clock.now < 1006 else None
+    with caplog.at_level("WARNING", logger="kubetrain.kube.leader"):
+        await elector(lease, clock).acquire()
+    assert clock.now == 1006.0  # tried at 1000, 1002 and 1004, then took it
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease : cannot acquire it yet: GET leases: 403 leases is forbidden"
+    ]
+
+
 async def lead(lease: MemoryLease, clock: FakeClock, timings: Timings | None = None) -> LeaderElector:
     leader = elector(lease, clock, timings=timings)
     await leader.acquire()
