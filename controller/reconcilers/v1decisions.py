@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,6 +63,7 @@ from kubetrain.controller.reconcilers.observe import (
 from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339, seconds_left
 from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube.events import NORMAL, WARNING
+from kubetrain.kube.patch import merge_patch
 
 CONDITIONS = cond.V1
 
@@ -167,18 +168,37 @@ class Decision:
         return {**self.status, "lastReconcileTime": self.stamp}
 
 
+# What a job's first status write sets besides conditions and counts: its initial values.
+FIRST_WRITE = frozenset({"startTime", "countedPodRestarts", "restartCount"})
+PROGRESS = frozenset({cond.CREATED, cond.RUNNING})  # conditions whose turning True is only progress
+
+
+def progress_only(original: Obj, status: Obj) -> bool:
+    """Whether ``status`` differs from ``original`` (the status on record) only by a job's progress:
+    replica counts, ``Created`` or ``Running`` becoming True, and the initial values a first write
+    sets. Everything else (a restart, a failure, an ending, a suspension, a pod that cannot be
+    created, a report) is news a user or a later pass acts on."""
+    changed = set(merge_patch(original, status))
+    first = {name for name in changed & FIRST_WRITE if name not in original}
+    if not changed <= {"replicaStatuses", "conditions", *first}:
+        return False
+    before = {c["type"]: (c.get("status"), c.get("reason")) for c in original.get("conditions") or []}
+    after = {c["type"]: (c.get("status"), c.get("reason")) for c in status.get("conditions") or []}
+    turned = {ctype for ctype in before.keys() | after.keys() if before.get(ctype) != after.get(ctype)}
+    return all(ctype in PROGRESS and after.get(ctype, ("",))[0] == "True" for ctype in turned)
+
+
 def status_hold(
-    changed: Iterable[str], pending_since: float | None, now: float, window: float
+    original: Obj, status: Obj, pending_since: float | None, now: float, window: float
 ) -> float | None:
     """Seconds to hold back a status write, or None to write it now.
 
-    A write that only updates replica counts waits until ``window`` seconds after the first such
-    change was held (``pending_since``, on the monotonic clock ``now`` is read from), so the pods of
-    a job starting, running or finishing one after the other cost one status write, not one each.
-    A change of anything else (a condition, a start or completion time) is never held back, and it
-    carries the held counts with it."""
-    fields = set(changed)
-    if not fields or not fields <= {"replicaStatuses"}:
+    A write of progress only (``progress_only``) waits until ``window`` seconds after the first such
+    change was held (``pending_since``, on the monotonic clock ``now`` is read from), so a job
+    starting (``Created``, its pods pending, then running, ``Running``) or its pods finishing one
+    after the other costs one status write, not one each. Any other change is never held back, and
+    it carries what was held with it."""
+    if status == original or not progress_only(original, status):
         return None
     if pending_since is None:
         return window

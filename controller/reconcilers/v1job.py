@@ -12,7 +12,10 @@ elastic job's autoscaler), lets ``v1decisions.decide`` decide, and carries the
   would recreate them);
 * a running job: the status (restarts counted, conditions) is written before
   anything is deleted, so a conflict changes nothing; the missing children are
-  created in slow-start batches alongside it; then the pods to restart go;
+  created in slow-start batches alongside it; then the pods to restart go. A
+  status that only says the job progressed (``status_hold``) is held back up to
+  a second and the passes meanwhile go on from it, so a job starting costs one
+  write, not one per pod event;
 * a child the API server refuses for good (its name taken by another owner, or
   a pod template it rejects as invalid pass after pass) fails the job with the
   API server's message instead of retrying forever;
@@ -29,6 +32,7 @@ import asyncio
 import copy
 import logging
 import time
+from dataclasses import dataclass
 from typing import Unpack
 
 from kubetrain.controller import metrics
@@ -60,13 +64,22 @@ from kubetrain.controller.state import Obj, PodPlugin
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Informer
-from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import HPAS, PODS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 
-COALESCE_SECONDS = 1.0  # how long a status write of replica counts only waits for more changes
+
+@dataclass(frozen=True)
+class Held:
+    """A status write held back: since when (monotonic), from which status on record, and what it writes."""
+
+    since: float
+    original: Obj
+    status: Obj
+
+
+COALESCE_SECONDS = 1.0  # how long a status write of progress only waits for more changes
 POD_GROUP_RETRY = 5.0  # seconds between looks at a pod group the scheduler has not admitted yet
 COUNTERS = {
     "created": metrics.jobs_created,
@@ -97,11 +110,11 @@ class V1JobReconciler(JobReconciler):
         self.setup = Setup(
             framework, (*plugins, *settings.extra_plugins.get(framework.api.kind, ())), settings.gang
         )
-        self._held_since: dict[str, float] = {}  # when a held-back status write was first held
+        self._held: dict[str, Held] = {}  # status writes held back (``status_hold``)
 
     def forget(self, key: str) -> None:
         super().forget(key)
-        self._held_since.pop(key, None)
+        self._held.pop(key, None)
 
     def manages(self, job: Obj) -> bool:
         managed_by = (job.get("spec") or {}).get("runPolicy", {}).get("managedBy")
@@ -115,7 +128,7 @@ class V1JobReconciler(JobReconciler):
             self.pods.by_index(OWNER_INDEX, uid), self.services.by_index(OWNER_INDEX, uid), departed
         )
         try:
-            d = decide(cached, observed, self.clock(), self.setup)
+            d = decide(self._with_held(key, cached), observed, self.clock(), self.setup)
         except BaseException:
             self.departed.restore(key, departed)
             raise
@@ -248,20 +261,32 @@ class V1JobReconciler(JobReconciler):
                     ctx.job, NORMAL, "SuccessfulDeletePodGroup", f"Deleted PodGroup: {ctx.name}"
                 )
 
-    def _coalesce(self, ctx: Pass) -> float | None:
-        """Seconds to hold back this pass's status write (``status_hold``); None to write now."""
-        now = time.monotonic()
-        held = status_hold(
-            merge_patch(ctx.original, ctx.status), self._held_since.get(ctx.key), now, COALESCE_SECONDS
-        )
+    def _with_held(self, key: str, cached: Obj) -> Obj:
+        """The cached job, with the status a held-back write would have written: a pass goes on from
+        what the last pass decided, so ``Created`` (its Event and counter) and the stamps of a held
+        condition are decided once. A status on record other than the one the hold began from wins."""
+        held = self._held.get(key)
         if held is None:
-            self._held_since.pop(ctx.key, None)
-        else:
-            self._held_since.setdefault(ctx.key, now)
-        return held
+            return cached
+        if (cached.get("status") or {}) != held.original:
+            del self._held[key]
+            return cached
+        return {**cached, "status": held.status}
+
+    def _coalesce(self, ctx: Pass) -> float | None:
+        """Seconds to hold back this pass's status write (``status_hold``); None to write it now."""
+        now = time.monotonic()
+        held = self._held.get(ctx.key)
+        since = None if held is None else held.since
+        wait = status_hold(ctx.original, ctx.status, since, now, COALESCE_SECONDS)
+        if wait is not None:
+            self._held[ctx.key] = Held(now if since is None else since, ctx.original, ctx.status)
+        elif ctx.status == ctx.original:
+            self._held.pop(ctx.key, None)  # nothing left to write; else a write succeeding drops it
+        return wait
 
     def wrote_status(self, ctx: Pass) -> None:
-        self._held_since.pop(ctx.key, None)
+        self._held.pop(ctx.key, None)
 
     async def _sync_pod_group(self, ctx: Pass, d: Decision) -> bool:
         """Make the job's pod group match the decision's; returns whether pods may be created now.

@@ -20,7 +20,7 @@ def _scraped() -> str:
 async def test_a_reporting_jobs_progress_is_a_gauge_until_the_job_is_gone(
     controller: Any, jobs: Jobs, namespace: str
 ) -> None:
-    await jobs.create(pytorchjob("reporting", workers=1, annotations=HANG))
+    await jobs.create(pytorchjob("reporting", workers=1, pod_annotations=HANG))
     await jobs.wait_condition("reporting", "Running", timeout=60)
     # What the status server writes when the training reports (kubetrain.progress, the kubeflow SDK).
     annotations = {

@@ -10,7 +10,7 @@ import pytest
 
 from kubetrain.api import kinds
 from tests.conftest import Kubectl
-from tests.support import HANG, Jobs
+from tests.support import HANG, Jobs, eventually
 
 
 def _v1_job(kind: kinds.V1Kind, name: str, replicas: dict[str, int]) -> dict[str, Any]:
@@ -56,8 +56,13 @@ async def test_kubectl_scale_resizes_the_workers(
     kubectl("scale", "-n", namespace, f"{kind.plural}/{name}", "--replicas=3")
     pods = await jobs.wait_pods(name, 3)
     assert sorted(p.metadata.name for p in pods) == [f"{name}-worker-{i}" for i in range(3)]
-    scale = json.loads(
-        kubectl("get", "-n", namespace, f"{kind.plural}/{name}", "--subresource=scale", "-o", "json").stdout
-    )
+
+    async def scale_with_selector() -> dict[str, Any] | None:
+        command = ("get", "-n", namespace, f"{kind.plural}/{name}", "--subresource=scale", "-o", "json")
+        scale: dict[str, Any] = json.loads(kubectl(*command).stdout)
+        return scale if "selector" in scale.get("status", {}) else None
+
+    # The replica counts (and their selector) are progress: written within a second (job-lifecycle.md).
+    scale = await eventually(scale_with_selector, timeout=10, what="the scale subresource's selector")
     assert scale["spec"]["replicas"] == 3
     assert scale["status"]["selector"].startswith("training.kubeflow.org/job-name=")

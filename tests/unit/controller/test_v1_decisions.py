@@ -18,6 +18,9 @@ import pytest
 from kubetrain.controller import frameworks
 from kubetrain.controller.main import Options
 from kubetrain.controller.reconcilers import v1decisions as v1
+from kubetrain.controller.reconcilers.skeleton import Pass
+from kubetrain.controller.reconcilers.v1job import V1JobReconciler
+from kubetrain.kube.expectations import Expectations
 from tests.support import pytorchjob
 
 Obj = dict[str, Any]
@@ -686,14 +689,81 @@ def test_which_jobs_each_managed_by_mode_takes() -> None:
         assert (value in compatible, value in kubetrain_only) == (compatible_takes, kubetrain_takes), value
 
 
-def test_replica_counts_wait_for_the_window_that_began_with_the_first_held_change() -> None:
-    counts = ["replicaStatuses"]
-    assert v1.status_hold(counts, None, 100.0, 1.0) == 1.0, "the first change of counts is held a window"
-    assert v1.status_hold(counts, 100.0, 100.4, 1.0) == pytest.approx(0.6), "later ones join that window"
-    assert v1.status_hold(counts, 100.0, 101.0, 1.0) is None, "at its end, one write carries them all"
+def test_a_starting_jobs_writes_wait_for_one_window_that_began_with_the_first_held_change() -> None:
+    """Created, its pods pending, then running, and pods finishing one by one: progress, written once a
+    window after the first change was held (the status on record stays what it was meanwhile)."""
+    cluster = Cluster(pytorchjob("starting", workers=2))
+    on_record: Obj = {}
+    created = cluster.step().status
+    assert v1.status_hold(on_record, created, None, 100.0, 1.0) == 1.0, "the first write is held a window"
+    for name in cluster.pods:
+        cluster.set(name, "Running")
+    running_ = cluster.step().status
+    assert [c["type"] for c in running_["conditions"]] == ["Created", "Running"]
+    assert v1.status_hold(on_record, running_, 100.0, 100.4, 1.0) == pytest.approx(0.6), "joins it"
+    assert v1.status_hold(on_record, running_, 100.0, 101.0, 1.0) is None, "one write carries them all"
+    on_record = running_
+    cluster.set("starting-worker-0", "Succeeded", code=0)
+    counts = cluster.step().status
+    assert v1.status_hold(on_record, counts, None, 200.0, 1.0) == 1.0, "counts alone are progress"
+    assert v1.status_hold(on_record, on_record, 200.0, 200.1, 1.0) is None, "no change: nothing to hold"
 
 
-def test_a_change_beyond_replica_counts_is_written_at_once_and_nothing_is_held_for_no_change() -> None:
-    assert v1.status_hold(["replicaStatuses", "conditions"], 100.0, 100.1, 1.0) is None
-    assert v1.status_hold(["startTime"], None, 100.0, 1.0) is None
-    assert v1.status_hold([], 100.0, 100.1, 1.0) is None
+def test_the_next_pass_starts_from_a_held_status_until_another_status_is_on_record() -> None:
+    """The reconciler's bookkeeping of a hold (no I/O): a pass decides from the status a held write
+    would write, so ``Created`` is decided once; a status on record other than the one the hold began
+    from (another writer's) wins, and the hold is dropped."""
+    reconciler = V1JobReconciler(
+        framework=SETUP.framework,
+        kube=None,  # type: ignore[typeddict-item]
+        jobs=None,  # type: ignore[typeddict-item]
+        pods=None,  # type: ignore[typeddict-item]
+        services=None,  # type: ignore[typeddict-item]
+        expectations=Expectations(),
+        recorder=None,  # type: ignore[typeddict-item]
+        settings=Options().settings(),
+    )
+    cluster = Cluster(pytorchjob("held", workers=1))
+    cached = cluster.job
+    created = cluster.step().status
+    assert reconciler._coalesce(Pass(cached, created, {}, T0)) == 1.0
+    resumed = reconciler._with_held("ns/held", cached)
+    assert resumed["status"] == created and resumed["spec"] is cached["spec"]
+    assert "PyTorchJobCreated" not in events(v1.decide(resumed, v1.Observed([], []), T0, SETUP))
+    written_by_another = {**cached, "status": {"conditions": []}}
+    assert reconciler._with_held("ns/held", written_by_another) is written_by_another
+    assert reconciler._with_held("ns/held", cached) is cached, "the hold is dropped"
+
+
+def _succeed(cluster: Cluster) -> None:
+    cluster.set("news-master-0", "Succeeded", code=0)
+
+
+def _fail_a_worker(cluster: Cluster) -> None:
+    cluster.set("news-worker-0", "Failed", code=137)
+
+
+def _restart_in_place(cluster: Cluster) -> None:
+    cluster.set("news-worker-0", "Running", restarts=1)
+
+
+def _suspend(cluster: Cluster) -> None:
+    cluster.job["spec"]["runPolicy"] = {"suspend": True}
+
+
+@pytest.mark.parametrize("change", [_succeed, _fail_a_worker, _restart_in_place, _suspend])
+def test_news_is_written_at_once_and_carries_what_was_held(change: Any) -> None:
+    """An ending, a restart (counted in place or not), a suspension: never held, whatever is pending."""
+    cluster = running(pytorchjob("news", workers=1))
+    on_record = cluster.job["status"]
+    change(cluster)
+    assert v1.status_hold(on_record, cluster.step().status, None, 100.0, 1.0) is None
+    assert v1.status_hold(on_record, cluster.job["status"], 99.9, 100.0, 1.0) is None
+
+
+def test_only_a_first_write_sets_its_initial_values_as_progress() -> None:
+    cluster = running(pytorchjob("later", workers=1))
+    on_record = cluster.job["status"]
+    assert not v1.progress_only(on_record, {**on_record, "startTime": "2030-01-01T00:00:00Z"})
+    assert not v1.progress_only(on_record, {**on_record, "restartCount": 1})
+    assert v1.progress_only({}, on_record), "all of it is what a first write sets"
