@@ -177,8 +177,16 @@ class JobReconciler:
         if not self.manages(cached) or cached["metadata"].get("deletionTimestamp"):
             return Result()
         if not self.expectations.satisfied(key):
-            return Result(requeue_after=self.expectations.pending_for(key) + 0.5)
+            wait = self.expectations.pending_for(key) + 0.5
+            held = await self.write_held(key, cached)
+            return Result(requeue_after=wait if held is None else min(wait, held))
         return await self.reconcile_job(key, cached)
+
+    async def write_held(self, key: str, cached: Obj) -> float | None:
+        """While a pass waits for its creates to be seen: write a status held back once its time is up;
+        the seconds until then, or None when nothing is held. A kind that holds nothing back has
+        nothing to write."""
+        return None
 
     # -- writes ----------------------------------------------------------------------------------------
     async def write_status(self, ctx: Pass) -> None:

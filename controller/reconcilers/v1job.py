@@ -288,6 +288,19 @@ class V1JobReconciler(JobReconciler):
     def wrote_status(self, ctx: Pass) -> None:
         self._held.pop(ctx.key, None)
 
+    async def write_held(self, key: str, cached: Obj) -> float | None:
+        """A job whose pods take long to create (a budget, a quota, thousands of replicas) waits for their
+        events before its next pass; what its passes held back is written when the hold is over all the
+        same, so it says ``Created`` (and how far it got) while its pods are still being created."""
+        held = self._held.get(key)
+        if held is None or (cached.get("status") or {}) != held.original:
+            return None
+        left = status_hold(held.original, held.status, held.since, time.monotonic(), COALESCE_SECONDS)
+        if left is None:
+            job = {**cached, "metadata": copy.deepcopy(cached["metadata"])}
+            await self.write_status(Pass(job, held.status, held.original, self.clock()))
+        return left
+
     async def _sync_pod_group(self, ctx: Pass, d: Decision) -> bool:
         """Make the job's pod group match the decision's; returns whether pods may be created now.
 

@@ -36,6 +36,18 @@ async def test_the_lifecycle_is_visible_in_events_and_metrics(
     assert metric("training_operator_jobs_failed_total", **labels) == 0
 
 
+async def test_a_job_whose_pods_take_long_to_create_says_it_is_created_meanwhile(
+    start_controller: Any, jobs: Jobs
+) -> None:
+    """A job's first status is held back a second (docs/job-lifecycle.md), and its passes wait for the
+    events of its creates: at 2 creates a second, 16 pods take about 8 s, and the job must not be
+    without a status all that time."""
+    await start_controller(kube_api_qps=2, kube_api_burst=1)
+    await jobs.create(pytorchjob("slow", workers=15, pod_annotations=HANG))
+    await jobs.wait_condition("slow", "Created", timeout=30)
+    assert len(await jobs.pods("slow")) < 16, "Created came only once every pod was created"
+
+
 async def _reasons(jobs: Jobs, name: str, last: str) -> set[str] | None:
     reasons = {reason for _, reason, _ in await jobs.events(name)}
     return reasons if last in reasons else None

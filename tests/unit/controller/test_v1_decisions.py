@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -709,20 +711,39 @@ def test_a_starting_jobs_writes_wait_for_one_window_that_began_with_the_first_he
     assert v1.status_hold(on_record, on_record, 200.0, 200.1, 1.0) is None, "no change: nothing to hold"
 
 
-def test_the_next_pass_starts_from_a_held_status_until_another_status_is_on_record() -> None:
-    """The reconciler's bookkeeping of a hold (no I/O): a pass decides from the status a held write
-    would write, so ``Created`` is decided once; a status on record other than the one the hold began
-    from (another writer's) wins, and the hold is dropped."""
-    reconciler = V1JobReconciler(
+class _StatusWrites:
+    """What ``write_status`` needs of the client and the job cache: the status PATCHes, recorded."""
+
+    def __init__(self) -> None:
+        self.patches: list[Obj] = []
+
+    async def patch(self, resource: Any, name: str, body: Obj, *, namespace: str, **_: Any) -> Obj:
+        self.patches.append(body)
+        metadata = {"name": name, "namespace": namespace, "resourceVersion": "2"}
+        return {"metadata": metadata, "status": body["status"]}
+
+    def observe_write(self, updated: Obj) -> None:
+        pass
+
+
+def _reconciler(writes: _StatusWrites) -> V1JobReconciler:
+    return V1JobReconciler(
         framework=SETUP.framework,
-        kube=None,  # type: ignore[typeddict-item]
-        jobs=None,  # type: ignore[typeddict-item]
+        kube=writes,  # type: ignore[typeddict-item]
+        jobs=writes,  # type: ignore[typeddict-item]
         pods=None,  # type: ignore[typeddict-item]
         services=None,  # type: ignore[typeddict-item]
         expectations=Expectations(),
         recorder=None,  # type: ignore[typeddict-item]
         settings=Options().settings(),
     )
+
+
+def test_the_next_pass_starts_from_a_held_status_until_another_status_is_on_record() -> None:
+    """The reconciler's bookkeeping of a hold (no I/O): a pass decides from the status a held write
+    would write, so ``Created`` is decided once; a status on record other than the one the hold began
+    from (another writer's) wins, and the hold is dropped."""
+    reconciler = _reconciler(_StatusWrites())
     cluster = Cluster(pytorchjob("held", workers=1))
     cached = cluster.job
     created = cluster.step().status
@@ -733,6 +754,24 @@ def test_the_next_pass_starts_from_a_held_status_until_another_status_is_on_reco
     written_by_another = {**cached, "status": {"conditions": []}}
     assert reconciler._with_held("ns/held", written_by_another) is written_by_another
     assert reconciler._with_held("ns/held", cached) is cached, "the hold is dropped"
+
+
+async def test_a_held_status_is_written_when_its_second_is_up_though_no_pass_can_run() -> None:
+    """Passes wait for the events of their creates; a job whose pods take long to create still gets
+    the status its first pass held back, once the hold is over."""
+    writes = _StatusWrites()
+    reconciler = _reconciler(writes)
+    cluster = Cluster(pytorchjob("slow", workers=1))
+    cached = {**cluster.job, "metadata": {**cluster.job["metadata"], "resourceVersion": "1"}}
+    created = cluster.step().status
+    reconciler._coalesce(Pass(cached, created, {}, T0))
+    left = await reconciler.write_held("ns/slow", cached)
+    assert left is not None and 0 < left <= 1.0 and writes.patches == [], "not before its second is up"
+    reconciler._held["ns/slow"] = replace(reconciler._held["ns/slow"], since=time.monotonic() - 1.0)
+    assert await reconciler.write_held("ns/slow", cached) is None
+    assert writes.patches == [{"metadata": {"resourceVersion": "1"}, "status": created}]
+    assert cached["metadata"]["resourceVersion"] == "1", "the cached job is left as it is"
+    assert await reconciler.write_held("ns/slow", cached) is None and len(writes.patches) == 1
 
 
 def _succeed(cluster: Cluster) -> None:
