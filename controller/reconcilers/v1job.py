@@ -178,13 +178,7 @@ class V1JobReconciler(JobReconciler):
         if d.create_pods and self.settings.status_server is not None:
             await sync_tls_config(self.kube, ctx.job, self.settings.status_server)
         deferred = self._coalesce(ctx)
-        outcomes = await asyncio.gather(
-            self.writer.create_all(ctx.job, SERVICES, d.create_services, track=False),
-            self.writer.create_all(ctx.job, PODS, d.create_pods, track=True),
-            self.write_status(ctx) if deferred is None else asyncio.sleep(0),
-            return_exceptions=True,
-        )
-        raise_first_failure(outcomes)
+        raise_first_failure(await self._create_and_write(ctx, d, deferred))
         created = d.after_creates()
         if created != ctx.status:
             ctx.status = created
@@ -205,6 +199,27 @@ class V1JobReconciler(JobReconciler):
             self.recorder.event(ctx.job, WARNING, "PodTemplateOverridden", warning)
         await self._sync_autoscaler(ctx, d)
         return Result.soonest(Result(d.requeue_after), Result(deferred))
+
+    async def _create_and_write(self, ctx: Pass, d: Decision, deferred: float | None) -> list[object]:
+        """Create the missing children alongside the status write, and return every outcome once all
+        have ended. A held write (``deferred`` seconds) is left to a later pass, unless the creates are
+        still going when its time is up (a budget, a quota, thousands of replicas): then it is written
+        then, so a job is never without a status for as long as its pods take to create."""
+        creates = asyncio.gather(
+            self.writer.create_all(ctx.job, SERVICES, d.create_services, track=False),
+            self.writer.create_all(ctx.job, PODS, d.create_pods, track=True),
+            return_exceptions=True,
+        )
+        try:
+            if deferred is not None:
+                done, _ = await asyncio.wait({creates}, timeout=deferred)
+                if done:
+                    return list(creates.result())
+            created, written = await asyncio.gather(creates, self.write_status(ctx), return_exceptions=True)
+        except BaseException:
+            creates.cancel()
+            raise
+        return [*created, written] if isinstance(created, list) else [created, written]
 
     async def _finish(self, ctx: Pass, d: Decision) -> None:
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
