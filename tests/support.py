@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 
 from kubetrain.api import kinds
 from kubetrain.controller import metrics
@@ -192,6 +192,32 @@ class Jobs:
             return await eventually(probe, timeout=timeout, what=f"{kind} {name} to have {ctype}={status}")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{await self.describe(name, kind)}") from None
+
+    async def saw_condition(
+        self, name: str, ctype: str, *, kind: str = "PyTorchJob", timeout: float = 30
+    ) -> dict[str, Any]:
+        """The first version of the job with ``ctype`` True, seen through a watch: for a condition that
+        may be on record for milliseconds only (``Restarting`` while kwok recreates and runs a pod at
+        once), which polling can miss pass after pass."""
+        group, version, plural = self._resource(kind)
+        stream = watch.Watch().stream(
+            self.custom.list_namespaced_custom_object,
+            group,
+            version,
+            self.namespace,
+            plural,
+            field_selector=f"metadata.name={name}",
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                async for event in stream:
+                    job: dict[str, Any] = event["object"]
+                    for condition in (job.get("status") or {}).get("conditions") or []:
+                        if condition["type"] == ctype and condition["status"] == "True":
+                            return job
+        except TimeoutError:
+            pass
+        raise AssertionError(f"{kind} {name} never had {ctype}=True\n{await self.describe(name, kind)}")
 
     async def describe(self, name: str, kind: str = "PyTorchJob") -> str:
         """The job's status and each pod of the namespace in a line: what a timed-out wait leaves to read

@@ -6,6 +6,7 @@ unit-tested on ``decide`` (tests/unit/controller/test_v1_decisions.py).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tests.support import Jobs, condition, eventually, fails, pytorchjob
@@ -32,8 +33,12 @@ async def test_on_failure_recreates_a_failed_pod_and_reports_restarting(controll
             worker_annotations=fails(1, after="1s"),
         )
     )
-    await _worker_is_recreated(jobs, "onfail")
-    job = await jobs.wait_condition("onfail", "Restarting")
+    restarting = asyncio.create_task(jobs.saw_condition("onfail", "Restarting"))
+    try:
+        await _worker_is_recreated(jobs, "onfail")
+        job = await restarting
+    finally:
+        restarting.cancel()
     assert condition(job, "Restarting")["reason"] == "PyTorchJobRestarting"
     assert job["status"]["restartCount"] >= 1
     await jobs.wait_event("onfail", "PyTorchJobRestarting")
