@@ -276,17 +276,21 @@ class V1JobReconciler(JobReconciler):
                     ctx.job, NORMAL, "SuccessfulDeletePodGroup", f"Deleted PodGroup: {ctx.name}"
                 )
 
+    def _hold_of(self, key: str, cached: Obj) -> Held | None:
+        """The job's held-back write, if the status on record is still the one it began from; a status
+        someone else wrote since wins, and the hold is dropped."""
+        held = self._held.get(key)
+        if held is not None and (cached.get("status") or {}) != held.original:
+            del self._held[key]
+            return None
+        return held
+
     def _with_held(self, key: str, cached: Obj) -> Obj:
         """The cached job, with the status a held-back write would have written: a pass goes on from
         what the last pass decided, so ``Created`` (its Event and counter) and the stamps of a held
-        condition are decided once. A status on record other than the one the hold began from wins."""
-        held = self._held.get(key)
-        if held is None:
-            return cached
-        if (cached.get("status") or {}) != held.original:
-            del self._held[key]
-            return cached
-        return {**cached, "status": held.status}
+        condition are decided once."""
+        held = self._hold_of(key, cached)
+        return cached if held is None else {**cached, "status": held.status}
 
     def _coalesce(self, ctx: Pass) -> float | None:
         """Seconds to hold back this pass's status write (``status_hold``); None to write it now."""
@@ -307,8 +311,8 @@ class V1JobReconciler(JobReconciler):
         """A job whose pods take long to create (a budget, a quota, thousands of replicas) waits for their
         events before its next pass; what its passes held back is written when the hold is over all the
         same, so it says ``Created`` (and how far it got) while its pods are still being created."""
-        held = self._held.get(key)
-        if held is None or (cached.get("status") or {}) != held.original:
+        held = self._hold_of(key, cached)
+        if held is None:
             return None
         left = status_hold(held.original, held.status, held.since, time.monotonic(), COALESCE_SECONDS)
         if left is None:
