@@ -198,23 +198,30 @@ class Jobs:
     ) -> dict[str, Any]:
         """The first version of the job with ``ctype`` True, seen through a watch: for a condition that
         may be on record for milliseconds only (``Restarting`` while kwok recreates and runs a pod at
-        once), which polling can miss pass after pass."""
+        once), which polling can miss pass after pass. A watch the API server refuses for a while (429
+        while the watch cache of a CRD just installed initializes) is opened again."""
         group, version, plural = self._resource(kind)
-        stream = watch.Watch().stream(
-            self.custom.list_namespaced_custom_object,
-            group,
-            version,
-            self.namespace,
-            plural,
-            field_selector=f"metadata.name={name}",
-        )
         try:
             async with asyncio.timeout(timeout):
-                async for event in stream:
-                    job: dict[str, Any] = event["object"]
-                    for condition in (job.get("status") or {}).get("conditions") or []:
-                        if condition["type"] == ctype and condition["status"] == "True":
-                            return job
+                while True:
+                    stream = watch.Watch().stream(
+                        self.custom.list_namespaced_custom_object,
+                        group,
+                        version,
+                        self.namespace,
+                        plural,
+                        field_selector=f"metadata.name={name}",
+                    )
+                    try:
+                        async for event in stream:
+                            job: dict[str, Any] = event["object"]
+                            for condition in (job.get("status") or {}).get("conditions") or []:
+                                if condition["type"] == ctype and condition["status"] == "True":
+                                    return job
+                    except client.ApiException as exc:
+                        if exc.status != 429:
+                            raise
+                    await asyncio.sleep(0.2)
         except TimeoutError:
             pass
         raise AssertionError(f"{kind} {name} never had {ctype}=True\n{await self.describe(name, kind)}")
@@ -240,10 +247,13 @@ class Jobs:
         self, name: str, *, runs: str, ttl_seconds: int, timeout: float = 30
     ) -> None:
         """Submit a PyTorchJob of a Master and a Worker whose pods succeed after ``runs``; wait (up to
-        ``timeout`` for each) until it has succeeded and until its TTL of ``ttl_seconds`` has deleted it."""
+        ``timeout`` for each) until it has succeeded and until its TTL of ``ttl_seconds`` has deleted it.
+        ``Succeeded`` is seen through a watch started before the job: a short TTL can delete the job
+        between two polls."""
         run_policy = {"ttlSecondsAfterFinished": ttl_seconds}
+        succeeded = asyncio.create_task(self.saw_condition(name, "Succeeded", timeout=timeout))
         await self.create(pytorchjob(name, workers=1, pod_annotations=runs_for(runs), run_policy=run_policy))
-        await self.wait_condition(name, "Succeeded", timeout=timeout)
+        await succeeded
 
         async def deleted() -> bool:
             return await self.get(name) is None
