@@ -12,8 +12,9 @@ run before it gone):
 
 Measured: per-job latency from submit to all of its pods created (p50, p95); makespan from the first
 submit to every job Succeeded (bare: every pod Succeeded); the operator's CPU seconds, peak RSS, RSS
-against pods created, and its API requests per job by verb, read from its own client metrics
-(``kubetrain_kube_api_requests_total``, client-go's ``rest_client_requests_total``); and the CPU
+against pods created, its API requests per job by verb and its reconcile passes per job, read from
+its own metrics (``kubetrain_kube_api_requests_total`` and ``kubetrain_reconcile_total``, client-go's
+``rest_client_requests_total`` and controller-runtime's ``controller_runtime_reconcile_total``); and the CPU
 seconds of every process on the machine during each run (the cluster's components, the submitter,
 the operator), which on a machine of few cores is what the makespan ratio follows.
 
@@ -31,6 +32,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -94,6 +96,8 @@ class Run:
     cpu_seconds: float | None = None
     peak_rss_mib: float | None = None
     requests: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)  # requests refused, by verb and code
+    passes: int | None = None  # the operator's reconciles of the run (its own reconcile counter)
     qps: float | None = None  # the client-side budget: the floor is children to create / qps
     rss_by_pods: list[tuple[int, float]] = field(default_factory=list)  # (pods created, RSS MiB)
     cache_mib: dict[str, float] = field(default_factory=dict)  # the children's cache, by what it keeps
@@ -174,6 +178,29 @@ class PodClock:
             self.last_success = time.monotonic()
 
 
+class SuccessClock:
+    """Watches the jobs of a run through their informer's events: when the last of them succeeded
+    (the benchmark scans nothing while the operator works, so it spends no CPU the operator lacks)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.succeeded: set[str] = set()
+        self.last = 0.0
+        self.all = asyncio.Event()
+
+    def seen(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if new is None:
+            return
+        conditions = (new.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions):
+            name = new["metadata"]["name"]
+            if name not in self.succeeded:
+                self.succeeded.add(name)
+                self.last = time.monotonic()
+                if len(self.succeeded) == self.jobs:
+                    self.all.set()
+
+
 async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[str, int]) -> Run:
     """Create every pod and service directly, as fast as possible, and wait for the pods to succeed."""
     namespace = f"bench-bare-{jobs}x{workers + 1}-{int(time.time())}"
@@ -250,6 +277,7 @@ class Operator:
     started: str  # a line of its log that says its workers run
     requests_metric: str  # its client's request counter
     verb_label: str
+    passes_metric: str  # its reconcile counter (by controller and result)
     qps: float | None  # its client-side budget (None: unlimited)
 
 
@@ -275,6 +303,7 @@ def kubetrain_operator(qps: float, burst: int, workers: int | None) -> Operator:
         "controller started",
         "kubetrain_kube_api_requests_total",
         "verb",
+        "kubetrain_reconcile_total",
         qps if qps > 0 else None,
     )
 
@@ -307,6 +336,7 @@ def upstream_operator() -> Operator:
         "Starting workers",
         "rest_client_requests_total",
         "method",
+        "controller_runtime_reconcile_total",
         20.0,
     )
 
@@ -330,16 +360,45 @@ async def prepare_upstream(kube: KubeClient) -> None:
     )
 
 
-def _scrape_requests(port: int, operator: Operator) -> dict[str, int]:
-    """The operator's API requests so far, by verb (its watches and lists are GETs)."""
+def _label(labels: str, name: str) -> str:
+    found = re.search(f'[{{,]{name}="([^"]*)"', labels)
+    return found.group(1) if found else ""
+
+
+def _scrape(port: int, operator: Operator) -> Counts:
+    """The operator's API requests so far: by verb (its watches and lists are GETs), and those the API
+    server refused by verb and code (``PATCH 409``); and its reconciles."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    by_verb: dict[str, int] = {}
+    counts = Counts()
     for line in text.splitlines():
         if line.startswith(operator.requests_metric + "{"):
             labels, value = line.rsplit(" ", 1)
-            verb = labels.split(f'{operator.verb_label}="')[1].split('"')[0]
-            by_verb[verb] = by_verb.get(verb, 0) + int(float(value))
-    return by_verb
+            verb, code, n = _label(labels, operator.verb_label), _label(labels, "code"), int(float(value))
+            counts.requests[verb] = counts.requests.get(verb, 0) + n
+            if not code.startswith("2"):
+                counts.refused[f"{verb} {code}"] = counts.refused.get(f"{verb} {code}", 0) + n
+        elif line.startswith(operator.passes_metric + "{"):
+            counts.passes += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+@dataclass
+class Counts:
+    """What an operator's own metrics count: API requests, refused requests, reconcile passes."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+    passes: int = 0
+
+    def since(self, start: Counts) -> Counts:
+        def minus(now: dict[str, int], then: dict[str, int]) -> dict[str, int]:
+            return {k: n - then.get(k, 0) for k, n in now.items() if n - then.get(k, 0)}
+
+        return Counts(
+            minus(self.requests, start.requests),
+            minus(self.refused, start.refused),
+            self.passes - start.passes,
+        )
 
 
 def _proc_stats(pid: int) -> tuple[float, float, float]:
@@ -412,11 +471,13 @@ async def run_operator(
     try:
         meter = CpuMeter({**cluster, "operator": proc.pid})
         meter.start()  # the operator's start-up (imports, cache sync) is not throughput
-        requests_at_start = _scrape_requests(port, operator)
+        at_start = _scrape(port, operator)
         clock = PodClock(kube, namespace, workers + 1)
         clock.informer.start()
         await clock.informer.wait_synced()
         jobs_informer = Informer(kube, PYTORCHJOB.resource, namespace=namespace)
+        succeeded = SuccessClock(jobs)
+        jobs_informer.add_handler(succeeded.seen)
         jobs_informer.start()
         await jobs_informer.wait_synced()
         limit = asyncio.Semaphore(64)
@@ -428,16 +489,6 @@ async def run_operator(
                 submitted[name] = time.monotonic()
                 await kube.create(PYTORCHJOB.resource, manifest(name, workers), namespace)
 
-        def done() -> int:
-            return sum(
-                1
-                for job in jobs_informer.objects()
-                if any(
-                    c["type"] == "Succeeded" and c["status"] == "True"
-                    for c in (job.get("status") or {}).get("conditions") or []
-                )
-            )
-
         async def sample_memory() -> None:
             while True:
                 _, rss, _ = _proc_stats(proc.pid)
@@ -447,16 +498,15 @@ async def run_operator(
         sampler = asyncio.create_task(sample_memory())
         started = time.monotonic()
         await asyncio.gather(*(submit(j) for j in range(jobs)))
-        while done() < jobs:
-            await asyncio.sleep(0.05)
-        result.makespan = time.monotonic() - started
+        await succeeded.all.wait()
+        result.makespan = succeeded.last - started
         sampler.cancel()
         result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
         _, _, result.peak_rss_mib = _proc_stats(proc.pid)
         result.cpu_by_process = meter.stop()
         result.cpu_seconds = result.cpu_by_process["operator"]
-        requests = _scrape_requests(port, operator)
-        result.requests = {verb: n - requests_at_start.get(verb, 0) for verb, n in requests.items()}
+        counts = _scrape(port, operator).since(at_start)
+        result.requests, result.refused, result.passes = counts.requests, counts.refused, counts.passes
         await clock.informer.stop()
         await jobs_informer.stop()
     finally:
@@ -482,6 +532,7 @@ def report(runs: list[Run]) -> str:
         "vs floor",
         "CPU (s)",
         "peak RSS (MiB)",
+        "passes per job",
         "API requests per job by verb",
     )
     table = Table(*columns, title="controller throughput")
@@ -492,6 +543,10 @@ def report(runs: list[Run]) -> str:
         size = (r.jobs, r.pods_per_job)
         floor = 2 * r.jobs * r.pods_per_job / r.qps if r.qps else None  # a pod and a service per replica
         verbs = ", ".join(f"{k} {v / r.jobs:.2f}" for k, v in sorted(r.requests.items())) or "-"
+        if r.refused:
+            verbs += (
+                " (refused: " + ", ".join(f"{k} {v / r.jobs:.2f}" for k, v in sorted(r.refused.items())) + ")"
+            )
         cells = [
             r.name,
             f"{r.jobs} × {r.pods_per_job}",
@@ -503,6 +558,7 @@ def report(runs: list[Run]) -> str:
             _ratio(r.makespan, floor),
             f"{r.cpu_seconds:.1f}" if r.cpu_seconds is not None else "-",
             f"{r.peak_rss_mib:.0f}" if r.peak_rss_mib is not None else "-",
+            f"{r.passes / r.jobs:.1f}" if r.passes is not None else "-",
             verbs,
         ]
         table.add_row(*cells)
