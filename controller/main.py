@@ -200,7 +200,7 @@ class Manager:
         jobs.add_handler(reconciler.job_handler(queue.add))
         pods.add_handler(reconciler.pod_handler(queue.add))
         for informer in children:
-            informer.add_handler(reconciler.child_handler(queue.add))
+            informer.add_handler(reconciler.child_handler(queue.add, informer.resource))
         self.runners.append(
             Runner(reconciler.name, queue, reconciler.reconcile, workers=self.options.workers)
         )

@@ -128,6 +128,7 @@ class JobReconciler:
     resource: Resource
     name: str
     conditions: cond.Conditions
+    tracked_children: frozenset[Resource] = frozenset()  # children besides pods whose creates it tracks
 
     def __init__(self, **shared: Unpack[Shared]) -> None:
         self.kube = shared["kube"]
@@ -149,10 +150,12 @@ class JobReconciler:
         """Pods: settle the pod expectations, keep the reports of deleted ones, enqueue the owning job."""
         return handlers.child_handler(self.resource, enqueue, self.expectations, self.departed)
 
-    def child_handler(self, enqueue: Callable[[str], None]) -> Handler:
-        """Other children: enqueue the owning job (their creates are not tracked, so their events must
-        not settle the pods' expectations)."""
-        return handlers.child_handler(self.resource, enqueue)
+    def child_handler(self, enqueue: Callable[[str], None], resource: Resource) -> Handler:
+        """Other children of ``resource``: enqueue the owning job; settle the job's expectations only
+        for a kind whose creates the reconciler tracks (``tracked_children``), or an untracked create's
+        event would settle one the pods are owed."""
+        tracked = resource in self.tracked_children
+        return handlers.child_handler(self.resource, enqueue, self.expectations if tracked else None)
 
     def job_handler(self, enqueue: Callable[[str], None]) -> Handler:
         return handlers.job_handler(enqueue, self.expectations, on_delete=self.forget)
