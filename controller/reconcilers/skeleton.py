@@ -128,7 +128,9 @@ class JobReconciler:
     resource: Resource
     name: str
     conditions: cond.Conditions
-    tracked_children: frozenset[Resource] = frozenset()  # children besides pods whose creates it tracks
+    # Children besides pods whose creates raise the job's expectations and whose events settle them: the
+    # one fact both sides read, since an event settling a create nobody expected would settle a pod's.
+    tracked_children: frozenset[Resource] = frozenset()
 
     def __init__(self, **shared: Unpack[Shared]) -> None:
         self.kube = shared["kube"]

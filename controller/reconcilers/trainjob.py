@@ -594,7 +594,8 @@ class TrainJobReconciler(JobReconciler):
         Each must be this TrainJob's: one of the same name owned by anything else fails the job."""
         service = self.services.get(f"{info.namespace}/{info.subdomain}")
         if service is None:
-            await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=False)
+            tracked = SERVICES in self.tracked_children
+            await self.writer.create_all(info.job, SERVICES, [jobset.build_service(info)], track=tracked)
         else:
             require_ours(info.job, SERVICES, service)
         if self.settings.status_server is not None:

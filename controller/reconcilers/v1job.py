@@ -209,7 +209,9 @@ class V1JobReconciler(JobReconciler):
         still going when its time is up (a budget, a quota, thousands of replicas): then it is written
         then, so a job is never without a status for as long as its pods take to create."""
         creates = asyncio.gather(
-            self.writer.create_all(ctx.job, SERVICES, d.create_services, track=True),
+            self.writer.create_all(
+                ctx.job, SERVICES, d.create_services, track=SERVICES in self.tracked_children
+            ),
             self.writer.create_all(ctx.job, PODS, d.create_pods, track=True),
             return_exceptions=True,
         )
