@@ -18,8 +18,12 @@ its own metrics (``kubetrain_kube_api_requests_total`` and ``kubetrain_reconcile
 seconds of every process on the machine during each run (the cluster's components, the submitter,
 the operator), which on a machine of few cores is what the makespan ratio follows.
 
-Usage: python benchmarks/controller_throughput.py [--jobs 50 --jobs 300] [--workers 3]
-Sizes also come from $KUBETRAIN_BENCH_JOBS (comma-separated: 50,300,2000).
+Usage: python benchmarks/controller_throughput.py [--jobs 50 --jobs 300] [--workers 3] [--rounds 3]
+Sizes also come from $KUBETRAIN_BENCH_JOBS (comma-separated: 50,300,2000). With ``--rounds N`` every
+size is measured N times over, each round the bare creator and then every configuration; the report
+gives each figure's median over the rounds, and each ratio is taken within its round (a run against the
+bare creator's run just before it) with its range: on a machine of few cores one run's p95 moves by a
+third from one round to the next, and a cluster grows slower as it ages.
 Results go to benchmarks/results/controller_throughput.{json,md,png}.
 """
 
@@ -34,6 +38,7 @@ import os
 import platform
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,6 +96,7 @@ class Run:
     name: str
     jobs: int
     pods_per_job: int
+    round: int = 0  # which of the size's rounds (``--rounds``) it belongs to
     latencies: list[float] = field(default_factory=list)
     makespan: float = 0.0
     cpu_seconds: float | None = None
@@ -516,8 +522,29 @@ async def run_operator(
     return result
 
 
-def _ratio(value: float, base: float | None) -> str:
-    return f"{value / base:.2f}" if base else "-"
+def _partner(runs: list[Run], run: Run, prefix: str) -> Run | None:
+    """The run of the configuration named ``prefix...`` in the same size and round as ``run``."""
+    key = (run.jobs, run.pods_per_job, run.round)
+    return next(
+        (o for o in runs if o.name.startswith(prefix) and (o.jobs, o.pods_per_job, o.round) == key), None
+    )
+
+
+def _cell(values: list[float], digits: int) -> str:
+    """The median of a figure over the rounds, with its range when there was more than one round."""
+    if not values:
+        return "-"
+    cell = f"{statistics.median(values):.{digits}f}"
+    return cell + f" ({min(values):.{digits}f}-{max(values):.{digits}f})" if len(values) > 1 else cell
+
+
+def _per_job(group: list[Run], counts: Callable[[Run], dict[str, int]]) -> str:
+    """Median count a job by verb (and code) over the rounds, leaving out what most rounds lacked."""
+    medians = {
+        k: statistics.median(counts(r).get(k, 0) / r.jobs for r in group)
+        for k in sorted({k for r in group for k in counts(r)})
+    }
+    return ", ".join(f"{k} {median:.2f}" for k, median in medians.items() if median > 0)
 
 
 def report(runs: list[Run]) -> str:
@@ -526,6 +553,7 @@ def report(runs: list[Run]) -> str:
         "jobs × pods",
         "p50 create latency (s)",
         "p95 create latency (s)",
+        "p95 vs bare",
         "makespan (s)",
         "vs bare",
         "vs upstream",
@@ -535,37 +563,55 @@ def report(runs: list[Run]) -> str:
         "passes per job",
         "API requests per job by verb",
     )
-    table = Table(*columns, title="controller throughput")
+    rounds = max((r.round for r in runs), default=0) + 1
+    title = "controller throughput" + (f": medians of {rounds} rounds (range)" if rounds > 1 else "")
+    table = Table(*columns, title=title)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    bare = {(r.jobs, r.pods_per_job): r.makespan for r in runs if r.name.startswith("bare")}
-    upstream = {(r.jobs, r.pods_per_job): r.makespan for r in runs if r.name.startswith("upstream")}
+    if rounds > 1:
+        lines.insert(
+            0, f"Medians of {rounds} rounds, their range in brackets; each ratio within its round.\n"
+        )
+    groups: dict[tuple[str, int, int], list[Run]] = {}
     for r in runs:
-        size = (r.jobs, r.pods_per_job)
-        floor = 2 * r.jobs * r.pods_per_job / r.qps if r.qps else None  # a pod and a service per replica
-        verbs = ", ".join(f"{k} {v / r.jobs:.2f}" for k, v in sorted(r.requests.items())) or "-"
-        if r.refused:
-            verbs += (
-                " (refused: " + ", ".join(f"{k} {v / r.jobs:.2f}" for k, v in sorted(r.refused.items())) + ")"
-            )
+        groups.setdefault((r.name, r.jobs, r.pods_per_job), []).append(r)
+
+    def ratios(group: list[Run], prefix: str, figure: Callable[[Run], float]) -> list[float]:
+        partners = [(r, _partner(runs, r, prefix)) for r in group]
+        return [figure(r) / figure(p) for r, p in partners if p is not None and figure(p)]
+
+    def p95(r: Run) -> float:
+        return r.percentile(0.95)
+
+    def makespan(r: Run) -> float:
+        return r.makespan
+
+    for (name, jobs, pods), group in groups.items():
+        floors = [
+            2 * r.jobs * r.pods_per_job / r.qps for r in group if r.qps
+        ]  # a pod and a service a replica
+        verbs = _per_job(group, lambda r: r.requests) or "-"
+        if refused := _per_job(group, lambda r: r.refused):
+            verbs += f" (refused: {refused})"
         cells = [
-            r.name,
-            f"{r.jobs} × {r.pods_per_job}",
-            f"{r.percentile(0.5):.2f}",
-            f"{r.percentile(0.95):.2f}",
-            f"{r.makespan:.1f}",
-            _ratio(r.makespan, bare.get(size)),
-            _ratio(r.makespan, upstream.get(size)),
-            _ratio(r.makespan, floor),
-            f"{r.cpu_seconds:.1f}" if r.cpu_seconds is not None else "-",
-            f"{r.peak_rss_mib:.0f}" if r.peak_rss_mib is not None else "-",
-            f"{r.passes / r.jobs:.1f}" if r.passes is not None else "-",
+            name,
+            f"{jobs} × {pods}",
+            _cell([r.percentile(0.5) for r in group], 2),
+            _cell([p95(r) for r in group], 2),
+            "-" if name.startswith("bare") else _cell(ratios(group, "bare", p95), 2),
+            _cell([r.makespan for r in group], 1),
+            "-" if name.startswith("bare") else _cell(ratios(group, "bare", makespan), 2),
+            _cell(ratios(group, "upstream", makespan), 2),
+            _cell([r.makespan / f for r, f in zip(group, floors, strict=False)] if floors else [], 2),
+            _cell([r.cpu_seconds for r in group if r.cpu_seconds is not None], 1),
+            _cell([r.peak_rss_mib for r in group if r.peak_rss_mib is not None], 0),
+            _cell([r.passes / r.jobs for r in group if r.passes is not None], 1),
             verbs,
         ]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
     for r in runs:
-        if r.cache_mib:
+        if r.cache_mib and r.round == 0:
             held = ", ".join(f"{k} {v:g} MiB" for k, v in r.cache_mib.items())
             lines.append(
                 f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
@@ -574,6 +620,11 @@ def report(runs: list[Run]) -> str:
     lines.extend(cpu_report(runs))
     lines.append(f"\nRun with {environment()}.")
     return "\n".join(lines) + "\n"
+
+
+def _named(run: Run, runs: list[Run]) -> str:
+    """The configuration's name, and the run's round where there were several."""
+    return f"{run.name} #{run.round + 1}" if any(r.round for r in runs) else run.name
 
 
 def cpu_report(runs: list[Run]) -> list[str]:
@@ -590,7 +641,7 @@ def cpu_report(runs: list[Run]) -> list[str]:
     cores = os.cpu_count() or 1
     for r in measured:
         total = sum(r.cpu_by_process.values())
-        cells = [r.name, f"{r.jobs} × {r.pods_per_job}"]
+        cells = [_named(r, measured), f"{r.jobs} × {r.pods_per_job}"]
         cells += [f"{r.cpu_by_process[n]:.1f}" if n in r.cpu_by_process else "-" for n in names]
         cells += [f"{total:.1f}", f"{total / (cores * r.makespan):.0%}" if r.makespan else "-"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -625,7 +676,8 @@ def plot(runs: list[Run], path: Path) -> None:
                 [(i + 1) / len(ordered) for i in range(len(ordered))],
                 where="post",
                 color=color[r.name],
-                label=f"{r.name} (makespan {r.makespan:.1f}s)",
+                alpha=1.0 if r.round == 0 else 0.4,  # later rounds fainter, unlabelled
+                label=f"{r.name} (makespan {r.makespan:.1f}s)" if r.round == 0 else None,
             )
         ax.set_title(f"{size[0]} jobs × {size[1]} pods: submit → all pods created")
         ax.set_xlabel("seconds")
@@ -634,7 +686,7 @@ def plot(runs: list[Run], path: Path) -> None:
         ax.legend(fontsize=7, loc="lower right")
     memory = axes[0][-1]
     for r in runs:
-        if r.rss_by_pods and r.jobs == sizes[-1][0]:
+        if r.rss_by_pods and r.jobs == sizes[-1][0] and r.round == 0:
             pods, rss = zip(*r.rss_by_pods, strict=True)
             memory.plot(pods, rss, color=color[r.name], label=r.name)
     memory.set_title(f"RSS while {sizes[-1][0]} jobs × {sizes[-1][1]} pods are created")
@@ -663,14 +715,18 @@ async def measure(args: argparse.Namespace, kubeconfig: Path, cluster: dict[str,
     chosen = operators(args)
     try:
         await prepare_upstream(kube)
-        for jobs in args.jobs:
-            size = f"{jobs} jobs × {args.workers + 1} pods"
+        for jobs, round_ in ((jobs, r) for jobs in args.jobs for r in range(args.rounds)):
+            size = f"{jobs} jobs × {args.workers + 1} pods" + (
+                f", round {round_ + 1} of {args.rounds}" if args.rounds > 1 else ""
+            )
             if not args.only or "bare" in args.only:
                 with console.status(f"{size}: bare parallel creator"):
                     runs.append(await run_baseline(kube, jobs, args.workers, cluster))
+                runs[-1].round = round_
             for operator in chosen:
                 with console.status(f"{size}: {operator.name}"):
                     runs.append(await run_operator(kube, kubeconfig, operator, jobs, args.workers, cluster))
+                runs[-1].round = round_
                 console.print(f"  {size}: {operator.name} {runs[-1].makespan:.1f}s")
     finally:
         await kube.close()
@@ -703,6 +759,13 @@ def main() -> None:
         help=f"jobs per run (repeatable; default ${SIZES_ENV} or 50 and 300)",
     )
     parser.add_argument("--workers", type=int, default=3, help="workers per job (plus one master)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each size this many times over, the bare creator first in each round; the report "
+        "gives medians and ranges, each ratio taken within its round",
+    )
     parser.add_argument(
         "--qps", type=float, default=0, help="the second kubetrain run's --kube-api-qps (0: unlimited)"
     )
