@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -714,7 +715,7 @@ async def measure(args: argparse.Namespace, kubeconfig: Path, cluster: dict[str,
     chosen = operators(args)
     try:
         await prepare_upstream(kube)
-        for jobs, round_ in ((jobs, r) for jobs in args.jobs for r in range(args.rounds)):
+        for jobs, round_ in itertools.product(args.jobs, range(args.rounds)):
             size = f"{jobs} jobs × {args.workers + 1} pods" + (
                 f", round {round_ + 1} of {args.rounds}" if args.rounds > 1 else ""
             )
