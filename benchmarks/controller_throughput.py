@@ -5,6 +5,9 @@ run before it gone):
 
 * a bare parallel creator that writes the same pods and services with no controller logic at all (the
   floor any controller pays to the API server and kwok);
+* the same creator writing each job object too, just before its children (what the API server spends
+  on the jobs themselves, which the users of any operator pay: a job's create costs it four pods'
+  creates);
 * the upstream Go operator, training-operator v1.8.1 (``go install``-ed into the binary cache on first
   use), whose client budget controller-runtime fixes at QPS 20 / burst 30;
 * kubetrain's controller at that budget with the upstream operator's 8 workers, and unlimited with its
@@ -208,11 +211,21 @@ class SuccessClock:
                     self.all.set()
 
 
-async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[str, int]) -> Run:
-    """Create every pod and service directly, as fast as possible, and wait for the pods to succeed."""
+BARE = "bare parallel creator"
+BARE_WITH_JOBS = "bare creator + job objects"
+
+
+async def run_baseline(
+    kube: KubeClient, jobs: int, workers: int, cluster: dict[str, int], *, with_jobs: bool = False
+) -> Run:
+    """Create every pod and service directly, as fast as possible, and wait for the pods to succeed.
+
+    ``with_jobs``: each job object as well, just before its children, with no controller to act on
+    it: the API server's share of a job that any operator's users pay (its create is the dearest
+    request of the run), and no controller's."""
     namespace = f"bench-bare-{jobs}x{workers + 1}-{int(time.time())}"
     await _namespace(kube, namespace)
-    result = Run("bare parallel creator", jobs, workers + 1)
+    result = Run(BARE_WITH_JOBS if with_jobs else BARE, jobs, workers + 1)
     clock = PodClock(kube, namespace, workers + 1)
     clock.informer.start()
     await clock.informer.wait_synced()
@@ -221,6 +234,8 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[
     objects = []
     for j in range(jobs):
         body = manifest(f"job-{j:04d}", workers)
+        if with_jobs:
+            objects.append({**body, "metadata": {**body["metadata"], "namespace": namespace}})
         body["metadata"].update({"namespace": namespace, "uid": "none"})
         info = job_info(body, framework)
         for rtype, replica in info.replicas.items():
@@ -236,7 +251,8 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[
 
     async def create(obj: dict[str, Any]) -> None:
         async with limit:
-            await kube.create(PODS if obj["kind"] == "Pod" else SERVICES, obj, namespace)
+            resource = {"Pod": PODS, "Service": SERVICES}.get(obj["kind"], PYTORCHJOB.resource)
+            await kube.create(resource, obj, namespace)
 
     await asyncio.gather(*(create(o) for o in objects))
     total = jobs * (workers + 1)
@@ -246,7 +262,8 @@ async def run_baseline(kube: KubeClient, jobs: int, workers: int, cluster: dict[
     result.cpu_by_process = meter.stop()
     result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
     await clock.informer.stop()
-    result.cache_mib = await cache_footprint(kube, namespace)
+    if not with_jobs:  # the same children: measured once
+        result.cache_mib = await cache_footprint(kube, namespace)
     await _drop_namespace(kube, namespace)
     return result
 
@@ -555,6 +572,7 @@ def report(runs: list[Run]) -> str:
         "p50 create latency (s)",
         "p95 create latency (s)",
         "p95 vs bare",
+        "p95 vs bare + jobs",
         "makespan (s)",
         "vs bare",
         "vs upstream",
@@ -597,9 +615,10 @@ def report(runs: list[Run]) -> str:
             f"{jobs} × {pods}",
             _cell([r.percentile(0.5) for r in group], 2),
             _cell([p95(r) for r in group], 2),
-            "-" if name.startswith("bare") else _cell(ratios(group, "bare", p95), 2),
+            "-" if name == BARE else _cell(ratios(group, BARE, p95), 2),
+            "-" if name.startswith("bare") else _cell(ratios(group, BARE_WITH_JOBS, p95), 2),
             _cell([r.makespan for r in group], 1),
-            "-" if name.startswith("bare") else _cell(ratios(group, "bare", makespan), 2),
+            "-" if name == BARE else _cell(ratios(group, BARE, makespan), 2),
             _cell(ratios(group, "upstream", makespan), 2),
             _cell(vs_floor, 2),
             _cell([r.cpu_seconds for r in group if r.cpu_seconds is not None], 1),
@@ -611,7 +630,7 @@ def report(runs: list[Run]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
     for r in runs:
-        if r.cache_mib and r.round == 0:
+        if r.cache_mib and r.round == 0 and r.name == BARE:
             held = ", ".join(f"{k} {v:g} MiB" for k, v in r.cache_mib.items())
             lines.append(
                 f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
@@ -709,6 +728,14 @@ def operators(args: argparse.Namespace) -> list[Operator]:
     return [o for o in chosen if o.name in args.only or o.name.split()[0] in args.only]
 
 
+def baselines(args: argparse.Namespace) -> list[str]:
+    """The bare creators to run, in order: ``--only bare`` is the bare parallel creator alone."""
+    if not args.only:
+        return [BARE, BARE_WITH_JOBS]
+    chosen = {BARE if name == "bare" else name for name in args.only}
+    return [name for name in (BARE, BARE_WITH_JOBS) if name in chosen]
+
+
 async def measure(args: argparse.Namespace, kubeconfig: Path, cluster: dict[str, int]) -> list[Run]:
     kube = await KubeClient.from_kubeconfig(str(kubeconfig))
     runs: list[Run] = []
@@ -719,9 +746,13 @@ async def measure(args: argparse.Namespace, kubeconfig: Path, cluster: dict[str,
             size = f"{jobs} jobs × {args.workers + 1} pods" + (
                 f", round {round_ + 1} of {args.rounds}" if args.rounds > 1 else ""
             )
-            if not args.only or "bare" in args.only:
-                with console.status(f"{size}: bare parallel creator"):
-                    runs.append(await run_baseline(kube, jobs, args.workers, cluster))
+            for name in baselines(args):
+                with console.status(f"{size}: {name}"):
+                    runs.append(
+                        await run_baseline(
+                            kube, jobs, args.workers, cluster, with_jobs=name == BARE_WITH_JOBS
+                        )
+                    )
                 runs[-1].round = round_
             for operator in chosen:
                 with console.status(f"{size}: {operator.name}"):
@@ -773,7 +804,7 @@ def main() -> None:
         "--only",
         action="append",
         help="run only these configurations (bare, upstream, kubetrain, or one by its full name such as "
-        "'kubetrain (unlimited)'; repeatable)",
+        "'kubetrain (unlimited)' or 'bare creator + job objects'; repeatable)",
     )
     parser.add_argument(
         "--kubeconfig", help="use this cluster (with deploy/crds applied) instead of starting one"
