@@ -255,6 +255,7 @@ async def run_baseline(
             await kube.create(resource, obj, namespace)
 
     await asyncio.gather(*(create(o) for o in objects))
+    result.requests = {"POST": len(objects)}
     total = jobs * (workers + 1)
     while len(clock.succeeded) < total:
         await asyncio.sleep(0.05)

@@ -35,6 +35,8 @@ def test_the_documented_benchmark_runs_every_configuration(kubeconfig: Path, tmp
     every = ("bare", "bare", "upstream", "kubetrain", "kubetrain")
     assert names == [(n, i) for i in (0, 1) for n in every], names
     assert runs[1]["name"] == "bare creator + job objects", runs[1]["name"]
+    # 2 jobs of 4 pods: a pod and a service a replica, and each job object for the second
+    assert [r["requests"] for r in runs[:2]] == [{"POST": 16}, {"POST": 18}], runs[:2]
     for run in runs:
         assert len(run["latencies"]) == 2 and run["makespan"] > 0, run["name"]
         if not run["name"].startswith("bare"):
