@@ -233,9 +233,10 @@ async def run_baseline(
     plugins = [CheckpointPlugin(), GpuPlugin()]  # what the controller applies, so the pods are the same
     objects = []
     for j in range(jobs):
+        name = f"job-{j:04d}"
         if with_jobs:  # an object of its own: job_info below may fill in defaults
-            objects.append(manifest(f"job-{j:04d}", workers))
-        body = manifest(f"job-{j:04d}", workers)
+            objects.append(manifest(name, workers))
+        body = manifest(name, workers)
         body["metadata"].update({"namespace": namespace, "uid": "none"})
         info = job_info(body, framework)
         for rtype, replica in info.replicas.items():
@@ -617,7 +618,7 @@ def report(runs: list[Run]) -> str:
             _cell([r.percentile(0.5) for r in group], 2),
             _cell([p95(r) for r in group], 2),
             "-" if name == BARE else _cell(ratios(group, BARE, p95), 2),
-            "-" if name.startswith("bare") else _cell(ratios(group, BARE_WITH_JOBS, p95), 2),
+            "-" if name in (BARE, BARE_WITH_JOBS) else _cell(ratios(group, BARE_WITH_JOBS, p95), 2),
             _cell([r.makespan for r in group], 1),
             "-" if name == BARE else _cell(ratios(group, BARE, makespan), 2),
             _cell(ratios(group, "upstream", makespan), 2),
@@ -631,7 +632,7 @@ def report(runs: list[Run]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
     for r in runs:
-        if r.cache_mib and r.round == 0 and r.name == BARE:
+        if r.cache_mib and r.round == 0:
             held = ", ".join(f"{k} {v:g} MiB" for k, v in r.cache_mib.items())
             lines.append(
                 f"\nCache of {r.jobs * r.pods_per_job} pods and as many services (tracemalloc): {held}"
