@@ -1,8 +1,12 @@
 """Where the example DAGs run their training: the local cluster's process node, unless told otherwise.
 
+Every example passes ``example_dag()`` to ``@dag``: its ``default_args`` give each kubetrain task the
+namespace, the image and the placement, so a DAG's tasks say only what they train (Airflow hands a
+task the ``default_args`` its operator takes, and nothing else).
+
 Set ``KUBETRAIN_TARGET=cluster`` to run the same DAGs on a real cluster (the
 process-node placement and the repository working directory are then left out).
-``KUBETRAIN_NAMESPACE`` picks the namespace (default ``default``).
+``KUBETRAIN_NAMESPACE`` picks the namespace (default ``default``), ``KUBETRAIN_IMAGE`` the image.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ TRAIN = ["python", "examples/train_ddp.py"]
 
 
 def example_dag() -> dict[str, Any]:
-    """``@dag`` arguments every example shares: run by hand (or by the tests), never scheduled."""
+    """``@dag`` arguments every example shares: run by hand (or by the tests), never scheduled; its
+    tasks train in ``NAMESPACE`` from ``IMAGE``, placed by ``placement()``."""
     return {
         "schedule": None,
         "start_date": dt.datetime(2026, 1, 1),
         "catchup": False,
         "tags": ["kubetrain", "example"],
+        "default_args": {"namespace": NAMESPACE, "image": IMAGE, **placement()},
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from _local import IMAGE, NAMESPACE, TRAIN, example_dag, placement
+from _local import TRAIN, example_dag
 
 try:
     from airflow.sdk import dag
@@ -18,8 +18,6 @@ from kubetrain.operators import PyTorchJobOperator
 def deferrable_training() -> None:
     PyTorchJobOperator(
         task_id="train",
-        namespace=NAMESPACE,
-        image=IMAGE,
         command=[*TRAIN, "--steps=80", "--checkpoint-every=20"],
         num_workers=2,
         checkpoint_dir="/checkpoints",
@@ -27,7 +25,6 @@ def deferrable_training() -> None:
         status_interval=10,
         ttl_seconds_after_finished=3600,
         execution_timeout=dt.timedelta(minutes=15),
-        **placement(),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _local import IMAGE, NAMESPACE, example_dag, placement
+from _local import example_dag
 
 try:
     from airflow.sdk import dag, task
@@ -20,13 +20,10 @@ LEARNING_RATES = [0.01, 0.05, 0.2]
 def hyperparameter_sweep() -> None:
     trained = PyTorchJobOperator.partial(
         task_id="train",
-        namespace=NAMESPACE,
-        image=IMAGE,
         command=["python", "examples/train_ddp.py"],
         num_workers=0,
         checkpoint_dir="/checkpoints",
         status_interval=10,
-        **placement(),
     ).expand(args=[[f"--lr={lr}", "--steps=60", "--checkpoint-every=30"] for lr in LEARNING_RATES])
 
     @task

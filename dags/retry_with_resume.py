@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from _local import IMAGE, NAMESPACE, TRAIN, example_dag, placement
+from _local import TRAIN, example_dag
 
 try:
     from airflow.sdk import dag
@@ -23,8 +23,6 @@ from kubetrain.operators import PyTorchJobOperator
 def retry_with_resume() -> None:
     PyTorchJobOperator(
         task_id="train",
-        namespace=NAMESPACE,
-        image=IMAGE,
         command=[*TRAIN, "--steps=100", "--checkpoint-every=20", "--fail-at-step=60", "--fail-on-attempt=1"],
         num_workers=1,
         restart_policy="Never",
@@ -33,7 +31,6 @@ def retry_with_resume() -> None:
         retries=1,
         retry_delay=dt.timedelta(seconds=1),
         status_interval=10,
-        **placement(),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _local import IMAGE, NAMESPACE, TRAIN, example_dag, placement
+from _local import TRAIN, example_dag
 
 try:
     from airflow.sdk import dag, task
@@ -18,18 +18,14 @@ from kubetrain.operators import PyTorchJobOperator, PyTorchJobSensor
 def train_and_evaluate() -> None:
     train = PyTorchJobOperator(
         task_id="train",
-        namespace=NAMESPACE,
-        image=IMAGE,
         command=[*TRAIN, "--steps=80", "--checkpoint-every=20"],
         num_workers=1,
         checkpoint_dir="/checkpoints",
         wait_for_completion=False,
-        **placement(),
     )
     wait = PyTorchJobSensor(
         task_id="wait",
         name="{{ ti.xcom_pull(task_ids='train', key='kubetrain_job')['name'] }}",
-        namespace=NAMESPACE,
         poke_interval=2,
         timeout=600,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from _local import IMAGE, NAMESPACE, example_dag, placement
+from _local import example_dag
 
 try:
     from airflow.sdk import dag
@@ -27,9 +27,7 @@ RUNTIME = os.environ.get("KUBETRAIN_TRAINJOB_RUNTIME", "torch-distributed-local"
 def trainjob_training() -> None:
     TrainJobOperator(
         task_id="train",
-        namespace=NAMESPACE,
         runtime=RUNTIME,
-        image=IMAGE,
         command=["torchrun", "examples/train_ddp.py"],
         args=["--steps=60", "--checkpoint-every=20"],
         num_nodes=2,
@@ -38,7 +36,6 @@ def trainjob_training() -> None:
         status_interval=10,
         ttl_seconds_after_finished=3600,
         execution_timeout=dt.timedelta(minutes=15),
-        **placement(),
     )
 
 
