@@ -19,7 +19,8 @@ against pods created, its API requests per job by verb and its reconcile passes 
 its own metrics (``kubetrain_kube_api_requests_total`` and ``kubetrain_reconcile_total``, client-go's
 ``rest_client_requests_total`` and controller-runtime's ``controller_runtime_reconcile_total``); and the CPU
 seconds of every process on the machine during each run (the cluster's components, the submitter,
-the operator), which on a machine of few cores is what the makespan ratio follows.
+the operator), which on a machine of few cores is what the makespan ratio follows, and from the
+first submit until 95% of the jobs have all their pods, the window the p95 create latency measures.
 
 Usage: python benchmarks/controller_throughput.py [--jobs 50 --jobs 300] [--workers 3] [--rounds 3]
 Sizes also come from $KUBETRAIN_BENCH_JOBS (comma-separated: 50,300,2000). With ``--rounds N`` every
@@ -112,10 +113,17 @@ class Run:
     rss_by_pods: list[tuple[int, float]] = field(default_factory=list)  # (pods created, RSS MiB)
     cache_mib: dict[str, float] = field(default_factory=dict)  # the children's cache, by what it keeps
     cpu_by_process: dict[str, float] = field(default_factory=dict)  # CPU seconds during the run
+    burst: dict[str, float] = field(default_factory=dict)  # the same, in the p95 window (``Burst``)
+    burst_seconds: float = 0.0  # how long that window was
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+        return ordered[percentile_index(q, len(ordered))] if ordered else float("nan")
+
+
+def percentile_index(q: float, n: int) -> int:
+    """Where the ``q`` quantile of ``n`` sorted figures stands."""
+    return min(n - 1, int(q * n))
 
 
 def manifest(name: str, workers: int) -> dict[str, Any]:
@@ -172,6 +180,7 @@ class PodClock:
         self.all_created: dict[str, float] = {}
         self.succeeded: set[str] = set()
         self.last_success = 0.0
+        self.on_job_created: Callable[[int], None] = lambda created: None  # jobs with every pod so far
         self.informer.add_handler(self._seen)
 
     def _seen(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -183,6 +192,7 @@ class PodClock:
         pods.add(name)
         if len(pods) == self.pods_per_job and job not in self.all_created:
             self.all_created[job] = time.monotonic()
+            self.on_job_created(len(self.all_created))
         if new.get("status", {}).get("phase") == "Succeeded" and name not in self.succeeded:
             self.succeeded.add(name)
             self.last_success = time.monotonic()
@@ -247,6 +257,7 @@ async def run_baseline(
     limit = asyncio.Semaphore(64)
     meter = CpuMeter(cluster)
     meter.start()
+    burst = Burst(meter, jobs, clock)
     started = time.monotonic()
     submitted = {f"job-{j:04d}": started for j in range(jobs)}
 
@@ -262,6 +273,7 @@ async def run_baseline(
         await asyncio.sleep(0.05)
     result.makespan = clock.last_success - started
     result.cpu_by_process = meter.stop()
+    result.burst, result.burst_seconds = burst.cpu, burst.seconds
     result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
     await clock.informer.stop()
     if not with_jobs:  # the same children: measured once
@@ -448,7 +460,8 @@ class CpuMeter:
         self.pids = pids
         self._at_start: dict[str, float] = {}
 
-    def _read(self) -> dict[str, float]:
+    def read(self) -> dict[str, float]:
+        """CPU seconds each process has spent so far."""
         now = {"benchmark": time.process_time()}
         for name, pid in self.pids.items():
             with contextlib.suppress(OSError):  # a component that is not running (kueue) spends nothing
@@ -456,12 +469,34 @@ class CpuMeter:
         return now
 
     def start(self) -> None:
-        self._at_start = self._read()
+        self._at_start = self.read()
 
     def stop(self) -> dict[str, float]:
-        return {
-            name: cpu - self._at_start[name] for name, cpu in self._read().items() if name in self._at_start
-        }
+        return _since(self._at_start, self.read())
+
+
+def _since(then: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    return {name: cpu - then[name] for name, cpu in now.items() if name in then}
+
+
+class Burst:
+    """The CPU seconds every process spends from the first submit until 95% of the jobs have all
+    their pods: the window the p95 create latency measures, when the children, the jobs and the
+    operator share the cores (on a machine of few cores the p95 follows the CPU spent in it)."""
+
+    def __init__(self, meter: CpuMeter, jobs: int, clock: PodClock) -> None:
+        """Open the window now, just before the first submit; ``clock`` closes it."""
+        self.meter = meter
+        self.rank = percentile_index(0.95, jobs) + 1  # jobs with all their pods when the window ends
+        self._at_submit, self._submitted = meter.read(), time.monotonic()
+        self.cpu: dict[str, float] = {}
+        self.seconds = 0.0
+        clock.on_job_created = self.jobs_created
+
+    def jobs_created(self, created: int) -> None:
+        if created == self.rank:
+            self.cpu = _since(self._at_submit, self.meter.read())
+            self.seconds = time.monotonic() - self._submitted
 
 
 async def start_operator(
@@ -522,6 +557,7 @@ async def run_operator(
                 await asyncio.sleep(0.5)
 
         sampler = asyncio.create_task(sample_memory())
+        burst = Burst(meter, jobs, clock)
         started = time.monotonic()
         await asyncio.gather(*(submit(j) for j in range(jobs)))
         await succeeded.all.wait()
@@ -530,6 +566,7 @@ async def run_operator(
         result.latencies = [clock.all_created[j] - submitted[j] for j in submitted]
         _, _, result.peak_rss_mib = _proc_stats(proc.pid)
         result.cpu_by_process = meter.stop()
+        result.burst, result.burst_seconds = burst.cpu, burst.seconds
         result.cpu_seconds = result.cpu_by_process["operator"]
         counts = _scrape(port, operator).since(at_start)
         result.requests, result.refused, result.passes = counts.requests, counts.refused, counts.passes
@@ -592,9 +629,6 @@ def report(runs: list[Run]) -> str:
         lines.insert(
             0, f"Medians of {rounds} rounds, their range in brackets; each ratio within its round.\n"
         )
-    groups: dict[tuple[str, int, int], list[Run]] = {}
-    for r in runs:
-        groups.setdefault((r.name, r.jobs, r.pods_per_job), []).append(r)
 
     def ratios(group: list[Run], prefix: str, figure: Callable[[Run], float]) -> list[float]:
         partners = [(r, _partner(runs, r, prefix)) for r in group]
@@ -606,7 +640,7 @@ def report(runs: list[Run]) -> str:
     def makespan(r: Run) -> float:
         return r.makespan
 
-    for (name, jobs, pods), group in groups.items():
+    for (name, jobs, pods), group in _groups(runs).items():
         # the floor of a budgeted client: a pod and a service a replica, at its QPS
         vs_floor = [r.makespan * r.qps / (2 * r.jobs * r.pods_per_job) for r in group if r.qps]
         verbs = _per_job(group, lambda r: r.requests) or "-"
@@ -639,8 +673,17 @@ def report(runs: list[Run]) -> str:
             )
             console.print(lines[-1].strip())
     lines.extend(cpu_report(runs))
+    lines.extend(burst_report(runs))
     lines.append(f"\nRun with {environment()}.")
     return "\n".join(lines) + "\n"
+
+
+def _groups(runs: list[Run]) -> dict[tuple[str, int, int], list[Run]]:
+    """The runs of each configuration and size, over the rounds."""
+    groups: dict[tuple[str, int, int], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.name, r.jobs, r.pods_per_job), []).append(r)
+    return groups
 
 
 def _named(run: Run, runs: list[Run]) -> str:
@@ -669,6 +712,34 @@ def cpu_report(runs: list[Run]) -> list[str]:
     return lines
 
 
+def burst_report(runs: list[Run]) -> list[str]:
+    """The CPU every process spent in the p95 window (``Burst``), medians over the rounds, and how
+    busy that kept the machine: markdown lines. A machine busy near 100% in every configuration
+    means the p95 ratios are ratios of the CPU spent in the window."""
+    measured = [r for r in runs if r.burst and r.burst_seconds]
+    if not measured:
+        return []
+    names = list(dict.fromkeys(n for r in measured for n, cpu in r.burst.items() if cpu >= 0.05))
+    columns = ("configuration", "jobs × pods", "window (s)", *names, "total", "machine busy (%)")
+    lines = [
+        "\nCPU seconds from the first submit until 95% of the jobs had all their pods (the window the p95 "
+        "create latency measures), by process; medians over the rounds:\n",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    cores = os.cpu_count() or 1
+    for (name, jobs, pods), group in _groups(measured).items():
+        cells = [name, f"{jobs} × {pods}", _cell([r.burst_seconds for r in group], 2)]
+        cells += [f"{statistics.median(r.burst.get(n, 0.0) for r in group):.2f}" for n in names]
+        totals = [sum(r.burst.values()) for r in group]
+        cells += [
+            _cell(totals, 2),
+            _cell([100 * t / (cores * r.burst_seconds) for t, r in zip(totals, group, strict=True)], 0),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def environment() -> str:
     """What the figures depend on besides the code: the cores, and the libraries on the request path
     (a new aiohttp once cost the controller a third of its CPU)."""
@@ -676,6 +747,34 @@ def environment() -> str:
         f"{name} {importlib.metadata.version(name)}" for name in ("aiohttp", "kubernetes_asyncio")
     )
     return f"{os.cpu_count()} cores, Python {platform.python_version()}, {libraries}"
+
+
+def plot_burst(runs: list[Run], ax: Any) -> None:
+    """Stacked bars: the CPU of the p95 window by process (medians over the rounds), for the
+    configurations no budget holds back, whose p95 follows it."""
+    unbudgeted = [r for r in runs if r.qps is None and r.burst]
+    groups = _groups(unbudgeted)
+    shown = ("operator", "kube-apiserver", "benchmark")
+    short = {BARE: "bare", BARE_WITH_JOBS: "bare + jobs"}
+    labels = [f"{short.get(name, name.split(' (')[0])}\n{jobs} × {pods}" for name, jobs, pods in groups]
+    bottom = [0.0] * len(groups)
+    for part in (*shown, "the rest"):
+        heights = [
+            statistics.median(
+                sum(cpu for n, cpu in r.burst.items() if n not in shown)
+                if part == "the rest"
+                else r.burst.get(part, 0.0)
+                for r in group
+            )
+            for group in groups.values()
+        ]
+        ax.bar(labels, heights, bottom=bottom, label=part)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_title("CPU from the first submit until 95% of the jobs have all their pods")
+    ax.set_ylabel("CPU seconds (medians over the rounds)")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def plot(runs: list[Run], path: Path) -> None:
@@ -688,7 +787,7 @@ def plot(runs: list[Run], path: Path) -> None:
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     names = list(dict.fromkeys(r.name for r in runs))
     color = {name: palette[i % len(palette)] for i, name in enumerate(names)}  # one per configuration
-    fig, axes = plt.subplots(1, len(sizes) + 1, figsize=(6 * (len(sizes) + 1), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(sizes) + 2, figsize=(6 * (len(sizes) + 2), 4), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=False):
         for r in (r for r in runs if (r.jobs, r.pods_per_job) == size):
             ordered = sorted(r.latencies)
@@ -705,7 +804,7 @@ def plot(runs: list[Run], path: Path) -> None:
         ax.set_ylabel("fraction of jobs")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    memory = axes[0][-1]
+    memory = axes[0][-2]
     for r in runs:
         if r.rss_by_pods and r.jobs == sizes[-1][0] and r.round == 0:
             pods, rss = zip(*r.rss_by_pods, strict=True)
@@ -715,6 +814,7 @@ def plot(runs: list[Run], path: Path) -> None:
     memory.set_ylabel("RSS (MiB)")
     memory.grid(alpha=0.3)
     memory.legend(fontsize=7, loc="lower right")
+    plot_burst(runs, axes[0][-1])
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -39,6 +39,8 @@ def test_the_documented_benchmark_runs_every_configuration(kubeconfig: Path, tmp
     assert [r["requests"] for r in runs[:2]] == [{"POST": 16}, {"POST": 18}], runs[:2]
     for run in runs:
         assert len(run["latencies"]) == 2 and run["makespan"] > 0, run["name"]
+        # the p95 window closed when both jobs had their pods, within the run
+        assert 0 < run["burst_seconds"] <= run["makespan"] and "benchmark" in run["burst"], run["name"]
         if not run["name"].startswith("bare"):
             assert run["requests"].get("POST", 0) >= 2 * 8, (
                 f"{run['name']} created every child: {run['requests']}"

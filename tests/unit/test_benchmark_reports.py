@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # how the scripts import
 
 import apiserver_write_cost
@@ -52,3 +54,36 @@ def test_ratios_over_rounds_are_taken_within_each_round() -> None:
     assert cells("bare creator + job objects")[4:6] == ["1.20 (1.20-1.20)", "-"], report
     assert cells("bare parallel creator")[4:6] == ["-", "-"], report
     assert report.startswith("Medians of 2 rounds") and "| bare parallel creator #2 |" in report, report
+
+
+def test_the_cpu_of_the_p95_window_is_reported_by_process_with_how_busy_it_kept_the_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window the p95 measures, its CPU by process (medians over the rounds) and its total against
+    what the cores could give in it: on a machine kept busy, the p95 ratio is the ratio of the CPU
+    spent in the window."""
+    import controller_throughput as ct
+
+    monkeypatch.setattr(ct.os, "cpu_count", lambda: 2)
+
+    def run(name: str, round_: int, burst: dict[str, float], seconds: float) -> ct.Run:
+        return ct.Run(name, 50, 4, round=round_, latencies=[seconds], burst=burst, burst_seconds=seconds)
+
+    runs = [
+        run("bare parallel creator", 0, {"kube-apiserver": 0.75, "benchmark": 0.25}, 0.5),
+        run("bare parallel creator", 1, {"kube-apiserver": 0.5, "benchmark": 0.25}, 0.5),
+        run("kubetrain (unlimited)", 0, {"kube-apiserver": 1.0, "operator": 0.25, "benchmark": 0.0}, 0.75),
+        run("kubetrain (unlimited)", 1, {"kube-apiserver": 1.0, "operator": 0.5, "benchmark": 0.0}, 1.0),
+        ct.Run("kubetrain (unlimited)", 300, 4, latencies=[1.0]),  # a window never closed: left out
+    ]
+    lines = ct.burst_report(runs)
+    assert lines[1:] == [
+        "| configuration | jobs × pods | window (s) | kube-apiserver | benchmark | operator | total "
+        "| machine busy (%) |",
+        "|---|---|---|---|---|---|---|---|",
+        "| bare parallel creator | 50 × 4 | 0.50 (0.50-0.50) | 0.62 | 0.25 | 0.00 | 0.88 (0.75-1.00) "
+        "| 88 (75-100) |",
+        "| kubetrain (unlimited) | 50 × 4 | 0.88 (0.75-1.00) | 1.00 | 0.00 | 0.38 | 1.38 (1.25-1.50) "
+        "| 79 (75-83) |",
+    ], lines
+    assert "\n".join(lines) in ct.report(runs)
