@@ -757,17 +757,15 @@ def plot_burst(runs: list[Run], ax: Any) -> None:
     shown = ("operator", "kube-apiserver", "benchmark")
     short = {BARE: "bare", BARE_WITH_JOBS: "bare + jobs"}
     labels = [f"{short.get(name, name.split(' (')[0])}\n{jobs} × {pods}" for name, jobs, pods in groups]
+
+    def cpu(run: Run, part: str) -> float:
+        if part in shown:
+            return run.burst.get(part, 0.0)
+        return sum(seconds for name, seconds in run.burst.items() if name not in shown)
+
     bottom = [0.0] * len(groups)
     for part in (*shown, "the rest"):
-        heights = [
-            statistics.median(
-                sum(cpu for n, cpu in r.burst.items() if n not in shown)
-                if part == "the rest"
-                else r.burst.get(part, 0.0)
-                for r in group
-            )
-            for group in groups.values()
-        ]
+        heights = [statistics.median(cpu(r, part) for r in group) for group in groups.values()]
         ax.bar(labels, heights, bottom=bottom, label=part)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_title("CPU from the first submit until 95% of the jobs have all their pods")
