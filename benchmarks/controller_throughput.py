@@ -50,7 +50,7 @@ import tempfile
 import time
 import tracemalloc
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -624,7 +624,7 @@ def report(runs: list[Run]) -> str:
     rounds = max((r.round for r in runs), default=0) + 1
     title = "controller throughput" + (f": medians of {rounds} rounds (range)" if rounds > 1 else "")
     table = Table(*columns, title=title)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = _header(columns)
     if rounds > 1:
         lines.insert(
             0, f"Medians of {rounds} rounds, their range in brackets; each ratio within its round.\n"
@@ -663,7 +663,7 @@ def report(runs: list[Run]) -> str:
             verbs,
         ]
         table.add_row(*cells)
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(cells))
     console.print(table)
     for r in runs:
         if r.cache_mib and r.round == 0:
@@ -676,6 +676,21 @@ def report(runs: list[Run]) -> str:
     lines.extend(burst_report(runs))
     lines.append(f"\nRun with {environment()}.")
     return "\n".join(lines) + "\n"
+
+
+def _row(cells: Iterable[str]) -> str:
+    """One row of a markdown table."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def _header(columns: Sequence[str]) -> list[str]:
+    """The heading row of a markdown table and the line under it."""
+    return [_row(columns), "|" + "---|" * len(columns)]
+
+
+def _processes(cpu_by_process: Iterable[dict[str, float]]) -> list[str]:
+    """The processes that spent at least 0.05 CPU seconds in any of the runs, in the order first seen."""
+    return list(dict.fromkeys(n for cpu in cpu_by_process for n, seconds in cpu.items() if seconds >= 0.05))
 
 
 def _groups(runs: list[Run]) -> dict[tuple[str, int, int], list[Run]]:
@@ -698,17 +713,16 @@ def cpu_report(runs: list[Run]) -> list[str]:
     measured = [r for r in runs if r.cpu_by_process]
     if not measured:
         return []
-    names = list(dict.fromkeys(n for r in measured for n, cpu in r.cpu_by_process.items() if cpu >= 0.05))
+    names = _processes(r.cpu_by_process for r in measured)
     columns = ("configuration", "jobs × pods", *names, "total", "machine busy")
-    lines = ["\nCPU seconds during each run, by process:\n", "| " + " | ".join(columns) + " |"]
-    lines.append("|" + "---|" * len(columns))
+    lines = ["\nCPU seconds during each run, by process:\n", *_header(columns)]
     cores = os.cpu_count() or 1
     for r in measured:
         total = sum(r.cpu_by_process.values())
         cells = [_named(r, measured), f"{r.jobs} × {r.pods_per_job}"]
         cells += [f"{r.cpu_by_process[n]:.1f}" if n in r.cpu_by_process else "-" for n in names]
         cells += [f"{total:.1f}", f"{total / (cores * r.makespan):.0%}" if r.makespan else "-"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(cells))
     return lines
 
 
@@ -719,13 +733,12 @@ def burst_report(runs: list[Run]) -> list[str]:
     measured = [r for r in runs if r.burst and r.burst_seconds]
     if not measured:
         return []
-    names = list(dict.fromkeys(n for r in measured for n, cpu in r.burst.items() if cpu >= 0.05))
+    names = _processes(r.burst for r in measured)
     columns = ("configuration", "jobs × pods", "window (s)", *names, "total", "machine busy (%)")
     lines = [
         "\nCPU seconds from the first submit until 95% of the jobs had all their pods (the window the p95 "
         "create latency measures), by process; medians over the rounds:\n",
-        "| " + " | ".join(columns) + " |",
-        "|" + "---|" * len(columns),
+        *_header(columns),
     ]
     cores = os.cpu_count() or 1
     for (name, jobs, pods), group in _groups(measured).items():
@@ -736,7 +749,7 @@ def burst_report(runs: list[Run]) -> list[str]:
             _cell(totals, 2),
             _cell([100 * t / (cores * r.burst_seconds) for t, r in zip(totals, group, strict=True)], 0),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(cells))
     return lines
 
 
