@@ -42,7 +42,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import aiohttp
 
@@ -65,6 +65,24 @@ MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 READ_BUFSIZE = 2**21  # as kubernetes_asyncio's session: a watch event of a large object outgrows the default
 
 WriteGuard = Callable[[], str | None]
+
+
+class Selection(TypedDict, total=False):
+    """Which objects of a resource a list or a watch asks for: every one, or those in one namespace,
+    matching a label selector and a field selector (an informer asks for the same in both)."""
+
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+
+
+def _selected(resource: Resource, selection: Selection) -> tuple[str, dict[str, Any]]:
+    """The path and the query parameters of a selection."""
+    query = {
+        "labelSelector": selection.get("label_selector"),
+        "fieldSelector": selection.get("field_selector"),
+    }
+    return resource.path(selection.get("namespace")), query
 
 
 def env_proxy(server: str) -> tuple[str | None, dict[str, str]]:
@@ -323,30 +341,24 @@ class KubeClient:
         self,
         resource: Resource,
         *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        **selection: Unpack[Selection],
     ) -> tuple[list[Obj], str]:
         """Every object (paginated); returns the items and the list's resourceVersion.
 
         ``transform``, when given, is applied to each page's items as the page arrives, so what an
         informer caches of a large list is all that stays in memory, not every object as sent."""
+        path, selectors = _selected(resource, selection)
         items: list[Obj] = []
         token: str | None = None
         while True:
             page = await self.request(
                 "GET",
-                resource.path(namespace),
+                path,
                 resource=str(resource),
                 timeout=120,
-                query={
-                    "labelSelector": label_selector,
-                    "fieldSelector": field_selector,
-                    "limit": page_size,
-                    "continue": token,
-                },
+                query={**selectors, "limit": page_size, "continue": token},
             )
             page_items = page.get("items") or []
             items.extend(map(transform, page_items) if transform is not None else page_items)
@@ -359,27 +371,23 @@ class KubeClient:
         resource: Resource,
         *,
         resource_version: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         timeout_seconds: int = 300,
+        **selection: Unpack[Selection],
     ) -> AsyncIterator[Obj]:
         """Watch events as dicts (``type``, ``object``); ends when the server closes the stream.
 
         Bookmarks are requested, so a quiet watch still advances its resourceVersion.
         A 410 Gone, in the HTTP status or as an ERROR event, raises ``APIGoneError``.
         """
+        path, selectors = _selected(resource, selection)
         query = {
             "watch": True,
             "resourceVersion": resource_version,
             "allowWatchBookmarks": True,
             "timeoutSeconds": timeout_seconds,
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
+            **selectors,
         }
-        response = await self._send(
-            "GET", resource.path(namespace), query=query, resource=str(resource), timeout=None
-        )
+        response = await self._send("GET", path, query=query, resource=str(resource), timeout=None)
         try:
             partial = b""  # the start of a line whose end has not come yet
             async for chunk in response.content.iter_any():
@@ -393,9 +401,7 @@ class KubeClient:
                     if event.get("type") == "ERROR":
                         status = event.get("object", {})
                         code = int(status.get("code", 500))
-                        raise errors.for_status(
-                            code, json.dumps(status).encode(), method="WATCH", path=resource.path(namespace)
-                        )
+                        raise errors.for_status(code, json.dumps(status).encode(), method="WATCH", path=path)
                     yield event
         finally:
             response.release()

@@ -33,9 +33,10 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from typing import Unpack
 
 from kubetrain.kube import errors, observer
-from kubetrain.kube.client import KubeClient, Obj
+from kubetrain.kube.client import KubeClient, Obj, Selection
 from kubetrain.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -65,26 +66,22 @@ def controller_owner_uid(obj: Obj) -> list[str]:
 
 
 class Informer:
-    """A list+watch cache of one resource, optionally filtered by namespace and labels."""
+    """A list+watch cache of one resource, or of the objects of it that ``selection`` names."""
 
     def __init__(
         self,
         kube: KubeClient,
         resource: Resource,
         *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         watch_timeout: int = 300,
         stall_timeout: float | None = None,
         indexes: Mapping[str, IndexFunc] | None = None,
         transform: Transform | None = None,
+        **selection: Unpack[Selection],
     ) -> None:
         self.kube = kube
         self.resource = resource
-        self.namespace = namespace
-        self.label_selector = label_selector
-        self.field_selector = field_selector
+        self._selection = selection  # the list and every watch ask for the same, or the cache would drift
         self.watch_timeout = watch_timeout
         self.stall_timeout = (
             stall_timeout if stall_timeout is not None else min(STALL_TIMEOUT, 2.0 * watch_timeout)
@@ -179,13 +176,7 @@ class Informer:
                 await asyncio.sleep(delay)
 
     async def _relist(self) -> None:
-        items, version = await self.kube.list(
-            self.resource,
-            namespace=self.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
-            transform=self._transform,
-        )
+        items, version = await self.kube.list(self.resource, transform=self._transform, **self._selection)
         fresh = {object_key(item): item for item in items}
         for key in list(self._store):
             if key not in fresh:
@@ -218,10 +209,8 @@ class Informer:
         async for event in self.kube.watch(
             self.resource,
             resource_version=self._resource_version,
-            namespace=self.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
             timeout_seconds=self.watch_timeout,
+            **self._selection,
         ):
             self._last_activity = time.monotonic()
             kind = event.get("type")

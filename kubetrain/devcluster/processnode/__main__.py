@@ -27,7 +27,9 @@ def main() -> None:
     parser.add_argument(
         "--workdir", type=Path, default=Path.cwd(), help="working directory of containers that set none"
     )
-    parser.add_argument("--gpus", type=int, default=0, help="GPUs to advertise when the host has none")
+    parser.add_argument(
+        "--gpus", dest="fake_gpus", type=int, default=0, help="GPUs to advertise when the host has none"
+    )
     parser.add_argument(
         "--default-node",
         action="store_true",
@@ -39,20 +41,9 @@ def main() -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
-    kube = await KubeClient.from_kubeconfig(args.kubeconfig)
-    server = kube.api.configuration.host or ""
-    settings = Settings(
-        name=args.name,
-        state_dir=args.state_dir,
-        port=args.port,
-        cert=args.cert,
-        key=args.key,
-        ca=args.ca,
-        workdir=args.workdir,
-        api_server=server,
-        fake_gpus=args.gpus,
-        default_node=args.default_node,
-    )
+    options = vars(args)  # every option but the kubeconfig is a field of Settings, by the same name
+    kube = await KubeClient.from_kubeconfig(options.pop("kubeconfig"))
+    settings = Settings(**options, api_server=kube.api.configuration.host or "")
     await run_until_stopped(Agent(settings, kube).run())
     await kube.close()
 
