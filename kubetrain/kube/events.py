@@ -6,6 +6,10 @@ as client-go's broadcaster does). The same reason and message on the same
 object within ``aggregate_window`` bumps the existing Event's count instead of
 creating a new one, so a job that is reconciled often does not flood the
 namespace.
+
+An event carries the time it was recorded, as client-go's do, not the time it was posted: in a
+burst of thousands of jobs the queue falls seconds behind, and an Event stamped when posted would say
+a pod was created after it was.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import datetime as dt
 import logging
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient, Obj
@@ -32,6 +36,16 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class Pending(NamedTuple):
+    """An event recorded and not yet posted."""
+
+    involved: Obj
+    event_type: str
+    reason: str
+    message: str
+    stamp: str  # when it was recorded, as the Event's timestamps say it
+
+
 class EventRecorder:
     def __init__(
         self, kube: KubeClient, component: str, *, capacity: int = 10000, aggregate_window: float = 600.0
@@ -39,7 +53,7 @@ class EventRecorder:
         self.kube = kube
         self.component = component
         self.aggregate_window = aggregate_window
-        self._queue: asyncio.Queue[tuple[Obj, str, str, str]] = asyncio.Queue(capacity)
+        self._queue: asyncio.Queue[Pending] = asyncio.Queue(capacity)
         self._recent: OrderedDict[tuple[str, str, str, str], tuple[str, str, int, float]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
@@ -74,30 +88,31 @@ class EventRecorder:
             "resourceVersion": meta.get("resourceVersion"),
         }
         try:
-            self._queue.put_nowait((involved, event_type, reason, message))
+            self._queue.put_nowait(Pending(involved, event_type, reason, message, _now()))
         except asyncio.QueueFull:
             self.dropped += 1
 
     async def _drain(self) -> None:
         while True:
-            involved, event_type, reason, message = await self._queue.get()
+            pending = await self._queue.get()
             try:
-                await self._post(involved, event_type, reason, message)
+                await self._post(pending)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug("could not post event %s on %s: %s", reason, involved["name"], exc)
+                log.debug("could not post event %s on %s: %s", pending.reason, pending.involved["name"], exc)
             finally:
                 self._queue.task_done()
 
-    async def _post(self, involved: Obj, event_type: str, reason: str, message: str) -> None:
+    async def _post(self, pending: Pending) -> None:
+        involved, event_type, reason, message, stamp = pending
         namespace = involved["namespace"]
         key = (involved["uid"] or "", event_type, reason, message)
         loop_now = asyncio.get_running_loop().time()
         previous = self._recent.get(key)
         if previous is not None and loop_now - previous[3] < self.aggregate_window:
             name, first, count, _ = previous
-            patch = {"count": count + 1, "lastTimestamp": _now()}
+            patch = {"count": count + 1, "lastTimestamp": stamp}
             try:
                 await self.kube.patch(EVENTS, name, patch, namespace=namespace)
                 self._remember(key, (name, first, count + 1, loop_now))
@@ -105,7 +120,6 @@ class EventRecorder:
             except errors.APINotFoundError:
                 pass
         name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
-        now = _now()
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -115,13 +129,13 @@ class EventRecorder:
             "message": message[:1024],
             "type": event_type,
             "source": {"component": self.component},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
             "count": 1,
             "reportingComponent": self.component,
         }
         await self.kube.create(EVENTS, body, namespace)
-        self._remember(key, (name, now, 1, loop_now))
+        self._remember(key, (name, stamp, 1, loop_now))
 
     def _remember(self, key: tuple[str, str, str, str], value: tuple[str, str, int, float]) -> None:
         self._recent[key] = value

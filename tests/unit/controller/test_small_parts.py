@@ -189,8 +189,8 @@ def test_a_queued_event_holds_a_reference_to_its_job_as_it_was_never_the_job() -
     }
     recorder.event(job, "Normal", "Created", "created")
     job["metadata"]["resourceVersion"] = "6"
-    involved = recorder._queue.get_nowait()[0]
-    assert involved == {
+    pending = recorder._queue.get_nowait()
+    assert pending.involved == {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "name": "j",
@@ -198,8 +198,8 @@ def test_a_queued_event_holds_a_reference_to_its_job_as_it_was_never_the_job() -
         "uid": "u",
         "resourceVersion": "5",
     }
-    asyncio.run(recorder._post(involved, "Normal", "Created", "created"))
-    assert posted[0]["involvedObject"] == involved and posted[0]["metadata"]["name"].startswith("j.")
+    asyncio.run(recorder._post(pending))
+    assert posted[0]["involvedObject"] == pending.involved and posted[0]["metadata"]["name"].startswith("j.")
 
 
 @pytest.mark.parametrize(

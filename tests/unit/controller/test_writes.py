@@ -122,7 +122,7 @@ class FakeKube:
 def events(child_writer: ChildWriter) -> list[tuple[str, str, str]]:
     """(type, reason, message) of what the writer recorded (the recorder is not started: all queued)."""
     queue = child_writer.recorder._queue
-    return [(t, reason, message) for _, t, reason, message in list(queue._queue)]  # type: ignore[attr-defined]
+    return [(e.event_type, e.reason, e.message) for e in list(queue._queue)]  # type: ignore[attr-defined]
 
 
 def writer(kube: FakeKube) -> tuple[ChildWriter, Expectations]:
