@@ -1,4 +1,5 @@
-"""An Event says when it was recorded, not when the recorder got round to posting it."""
+"""What a queued Event keeps: a reference to its job as it was (never the job), and the time it was
+recorded, not the time the recorder got round to posting it."""
 
 from __future__ import annotations
 
@@ -47,3 +48,30 @@ async def test_an_event_posted_late_keeps_the_time_it_was_recorded(monkeypatch: 
     [body] = kube.created
     assert (body["firstTimestamp"], body["lastTimestamp"]) == ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
     assert kube.patched == [{"count": 2, "lastTimestamp": "2026-01-01T00:00:07Z"}], "the repeat, aggregated"
+
+
+async def test_a_queued_event_holds_a_reference_to_its_job_as_it_was_never_the_job() -> None:
+    """At thousands of jobs the queue holds thousands of events: each must not keep a job copy alive."""
+    kube = Kube()
+    recorder = EventRecorder(kube, "test")  # type: ignore[arg-type]
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "resourceVersion": "5", "labels": {}},
+        "spec": {"pytorchReplicaSpecs": {}},
+        "status": {},
+    }
+    recorder.event(job, "Normal", "Created", "created")
+    job["metadata"]["resourceVersion"] = "6"
+    pending = recorder._queue.get_nowait()
+    assert pending.involved == {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": "j",
+        "namespace": "ns",
+        "uid": "u",
+        "resourceVersion": "5",
+    }
+    await recorder._post(pending)
+    posted = kube.created
+    assert posted[0]["involvedObject"] == pending.involved and posted[0]["metadata"]["name"].startswith("j.")

@@ -22,7 +22,6 @@ from kubetrain.kube.client import (
     limited_kind,
     settle_environment,
 )
-from kubetrain.kube.events import EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import PODS
@@ -168,38 +167,6 @@ def test_a_watch_yields_every_event_however_its_lines_are_cut_into_chunks() -> N
 
     assert asyncio.run(names()) == [f"p{i}" for i in range(50)]
     assert response.released
-
-
-def test_a_queued_event_holds_a_reference_to_its_job_as_it_was_never_the_job() -> None:
-    """At thousands of jobs the queue holds thousands of events: each must not keep a job copy alive."""
-    posted: list[dict[str, Any]] = []
-
-    class Kube:
-        async def create(self, resource: object, body: dict[str, Any], namespace: str) -> dict[str, Any]:
-            posted.append(body)
-            return body
-
-    recorder = EventRecorder(Kube(), "test")  # type: ignore[arg-type]
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "resourceVersion": "5", "labels": {}},
-        "spec": {"pytorchReplicaSpecs": {}},
-        "status": {},
-    }
-    recorder.event(job, "Normal", "Created", "created")
-    job["metadata"]["resourceVersion"] = "6"
-    pending = recorder._queue.get_nowait()
-    assert pending.involved == {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "name": "j",
-        "namespace": "ns",
-        "uid": "u",
-        "resourceVersion": "5",
-    }
-    asyncio.run(recorder._post(pending))
-    assert posted[0]["involvedObject"] == pending.involved and posted[0]["metadata"]["name"].startswith("j.")
 
 
 @pytest.mark.parametrize(
