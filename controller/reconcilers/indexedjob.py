@@ -284,33 +284,38 @@ def judge(job: ChildJob, now: dt.datetime | None) -> None:
 
 
 def _failure(job: ChildJob, limits: Limits, now: dt.datetime | None) -> JobFailure | None:
+    """Why the Job failed, if it did, by the Job controller's precedence."""
     if job.complete:
         return None
     if job.fail_job is not None:
         return JobFailure(POD_FAILURE_POLICY, job.fail_job, job.fail_job)
-    failed_indexes = sorted(job.failed_indexes)
-    if limits.max_failed_indexes is not None and len(failed_indexes) > limits.max_failed_indexes:
-        return _known(
+    failed = sorted(job.failed_indexes)
+    finished = job.succeeded | job.failed_indexes
+    ladder = (  # (whether it holds, reason, summary), the first that holds wins
+        (
+            limits.max_failed_indexes is not None and len(failed) > limits.max_failed_indexes,
             MAX_FAILED_INDEXES_EXCEEDED,
-            f"{len(failed_indexes)} failed indexes ({_listed(failed_indexes)}), maxFailedIndexes "
-            f"{limits.max_failed_indexes}",
-            job.failure_detail(),
-        )
-    if limits.backoff_limit is not None and job.failures > limits.backoff_limit:
-        return _known(
+            f"{len(failed)} failed indexes ({_listed(failed)}), maxFailedIndexes {limits.max_failed_indexes}",
+        ),
+        (
+            limits.backoff_limit is not None and job.failures > limits.backoff_limit,
             BACKOFF_LIMIT_EXCEEDED,
             f"{job.failures} failure(s), backoffLimit {limits.backoff_limit}",
-            job.failure_detail(),
-        )
-    if now is not None and job.deadline_left(now) == 0:
-        return _known(DEADLINE_EXCEEDED, f"active longer than activeDeadlineSeconds {limits.deadline}")
-    finished = job.succeeded | job.failed_indexes
-    if failed_indexes and all(i in finished for i in range(job.pod_set.count)):
-        return _known(
+        ),
+        (
+            now is not None and job.deadline_left(now) == 0,
+            DEADLINE_EXCEEDED,
+            f"active longer than activeDeadlineSeconds {limits.deadline}",
+        ),
+        (
+            bool(failed) and all(i in finished for i in range(job.pod_set.count)),
             FAILED_INDEXES,
-            f"indexes {_listed(failed_indexes)} failed, backoffLimitPerIndex {limits.per_index}",
-            job.failure_detail(),
-        )
+            f"indexes {_listed(failed)} failed, backoffLimitPerIndex {limits.per_index}",
+        ),
+    )
+    for holds, reason, summary in ladder:
+        if holds:  # a deadline has no pod to blame
+            return _known(reason, summary, None if reason == DEADLINE_EXCEEDED else job.failure_detail())
     return None
 
 

@@ -218,6 +218,44 @@ class Observation:
         return min(left) if left else None
 
 
+def _place(jobs: Mapping[tuple[str, int], ChildJob], pod: Obj, attempt: int) -> tuple[ChildJob, int] | None:
+    """The child Job and completion index of a pod of restart attempt ``attempt``; None for a pod of an
+    earlier attempt, or of a Job or an index the TrainJob no longer has."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get(naming.JOBSET_RESTART_ATTEMPT) != str(attempt):
+        return None
+    job = jobs.get((labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX))))  # type: ignore[arg-type]
+    index = _int(labels.get(naming.JOB_COMPLETION_INDEX))
+    if job is None or index is None or index >= job.pod_set.count:
+        return None
+    return job, index
+
+
+def _file(job: ChildJob, index: int, pod: Obj) -> int:
+    """File a live pod of the attempt under its index, as the Job controller would judge it; the failures
+    it adds to its restarts (1 for a Failed pod the pod failure policy does not ignore)."""
+    counts = index_counts(pod)
+    phase = pod.get("status", {}).get("phase")
+    if phase == "Failed":
+        job.failed_pods.setdefault(index, []).append(pod)
+        verdict = judge_failed_pod(job.limits.pod_failure_policy, pod)
+        if verdict.action == IGNORE:
+            _note(job, index, (counts[0], counts[1] + 1))
+            return 0
+        _note(job, index, (counts[0] + 1, counts[1]))
+        if verdict.action == FAIL_INDEX:
+            job.failed_indexes.add(index)
+        elif verdict.action == FAIL_JOB and job.fail_job is None:
+            job.fail_job = verdict.message
+        return 1
+    _note(job, index, counts)
+    job.restarts += restart_count(pod)
+    if phase == "Succeeded":
+        job.succeeded.add(index)
+    job.live[index] = pod
+    return 0
+
+
 def observe(
     info: TrainJobInfo,
     pods: list[Obj],
@@ -244,49 +282,25 @@ def observe(
     created: dict[str, list[str | None]] = {}
     disrupted: list[Obj] = []
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
-        labels = pod["metadata"].get("labels") or {}
-        key = (labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX)))
-        index = _int(labels.get(naming.JOB_COMPLETION_INDEX))
-        job = jobs.get(key)  # type: ignore[arg-type]
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        current = labels.get(naming.JOBSET_RESTART_ATTEMPT) == str(attempt)
-        if job is None or index is None or index >= job.pod_set.count or not current:
+        place = _place(jobs, pod, attempt)
+        if place is None:
             if deleting:
                 terminating_stale += 1
             else:
                 stale.append(pod)
             continue
+        job, index = place
         created.setdefault(job.name, []).append(pod["metadata"].get("creationTimestamp"))
-        counts = index_counts(pod)
         if disruption_condition(pod) is not None and not _rules_disruptions(job.limits.pod_failure_policy):
             disrupted.append(pod)  # the attempt restarts uncounted: its failure is not the pod's
-            continue
-        if deleting:
+        elif deleting:
             job.terminating[index] = pod
-            _note(job, index, counts)
-            continue
-        phase = pod.get("status", {}).get("phase")
-        uid = pod["metadata"]["uid"]
-        job_of[uid] = job
-        pod_failures[uid] = restart_count(pod)
-        if phase == "Failed":
-            job.failed_pods.setdefault(index, []).append(pod)
-            verdict = judge_failed_pod(job.limits.pod_failure_policy, pod)
-            if verdict.action == IGNORE:
-                _note(job, index, (counts[0], counts[1] + 1))
-                continue
-            pod_failures[uid] += 1
-            _note(job, index, (counts[0] + 1, counts[1]))
-            if verdict.action == FAIL_INDEX:
-                job.failed_indexes.add(index)
-            elif verdict.action == FAIL_JOB and job.fail_job is None:
-                job.fail_job = verdict.message
-            continue
-        _note(job, index, counts)
-        job.restarts += restart_count(pod)
-        if phase == "Succeeded":
-            job.succeeded.add(index)
-        job.live[index] = pod
+            _note(job, index, index_counts(pod))
+        else:
+            uid = pod["metadata"]["uid"]
+            job_of[uid] = job
+            pod_failures[uid] = restart_count(pod) + _file(job, index, pod)
     tally = restarts.tally(counted, pod_failures)
     before = job_failures or {}
     for job in jobs.values():

@@ -187,26 +187,41 @@ def observe(info: JobInfo, pods: list[Obj]) -> Observation:
             result.out_of_range.append(pod)
             continue
         result.pods[(rtype, index)] = pod
-        if fenced_off(pod):
-            result.fenced.append(pod["metadata"]["name"])
-        failures = restart_count(pod)
-        phase = pod.get("status", {}).get("phase")
         counts = by_type.setdefault(rtype, {"active": 0, "succeeded": 0, "failed": 0})
-        if phase == "Running":
-            counts["active"] += 1
-        elif phase == "Succeeded":
-            counts["succeeded"] += 1
-        elif phase == "Failed":
-            counts["failed"] += 1
-            disrupted_too = disrupted is not None or failed_in_disruption(pod, since)
-            failures += _failed(result, info, rtype, pod, disrupted=disrupted_too)
-        if failures:
-            result.pod_failures[pod["metadata"]["uid"]] = failures
+        _file(result, info, rtype, pod, counts, disrupted=disrupted is not None, since=since)
     result.counts = {t: ReplicaCounts(**c) for t, c in by_type.items()}
     # Also from a pod being deleted: the controller stops a failed job's pods, and rank 0 writes its
     # report (the last checkpoint) as it exits.
     result.report = rank0_report(info, pods)
     return result
+
+
+def _file(
+    result: Observation,
+    info: JobInfo,
+    rtype: str,
+    pod: Obj,
+    counts: dict[str, int],
+    *,
+    disrupted: bool,
+    since: str | None,
+) -> None:
+    """File a pod of the replica set by its phase: counted in ``counts`` (the replica type's), fenced off
+    a checkpoint, and its failures (restarts, and one more for a Failed pod that will be restarted)."""
+    if fenced_off(pod):
+        result.fenced.append(pod["metadata"]["name"])
+    failures = restart_count(pod)
+    phase = pod.get("status", {}).get("phase")
+    if phase == "Running":
+        counts["active"] += 1
+    elif phase == "Succeeded":
+        counts["succeeded"] += 1
+    elif phase == "Failed":
+        counts["failed"] += 1
+        disrupted_too = disrupted or failed_in_disruption(pod, since)
+        failures += _failed(result, info, rtype, pod, disrupted=disrupted_too)
+    if failures:
+        result.pod_failures[pod["metadata"]["uid"]] = failures
 
 
 def _failed(result: Observation, info: JobInfo, rtype: str, pod: Obj, *, disrupted: bool) -> int:

@@ -72,7 +72,7 @@ from kubetrain.controller.reconcilers.writes import (
 )
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.controller.trainer.build import build, retained_claim_of
-from kubetrain.controller.trainer.state import NODE, BuildError, TrainJobInfo
+from kubetrain.controller.trainer.state import NODE, BuildError, Extra, TrainJobInfo
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer
@@ -301,21 +301,8 @@ class TrainJobReconciler(JobReconciler):
             now=ctx.now,
         )
         await self._copy_report(ctx, info, obs)
-        status["jobsStatus"] = jobset.jobs_status(info, obs)
-        status["jobFailures"] = obs.job_failures
-        status["countedPodRestarts"] = obs.counted
-        _set_or_drop(status, "failedIndexes", obs.failed_indexes)
-        _set_or_drop(status, "jobStartTimes", obs.start_times)
-        fenced = fenced_failure(
-            TRAINJOB.kind,
-            info.name,
-            [
-                p["metadata"]["name"]
-                for j in obs.jobs
-                for p in [*j.live.values(), *(f for fs in j.failed_pods.values() for f in fs)]
-                if fenced_off(p)
-            ],
-        )
+        _record(status, info, obs)
+        fenced = fenced_failure(TRAINJOB.kind, info.name, _fenced_pods(obs))
         if fenced is not None:
             await self._finish(ctx, info, False, *fenced)
             return self._ttl_result(ctx)
@@ -336,13 +323,13 @@ class TrainJobReconciler(JobReconciler):
             await self.write_status(ctx)
             await self.writer.delete_all(info.job, PODS, obs.stale)
             return Result()
-        creates = []
         plugins = self._plugins(ctx.gang)
-        for child in obs.jobs:
-            if child.complete or not jobset.depends_on_met(info, child.pod_set, obs):
-                continue
-            for index in child.missing():
-                creates.append(jobset.build_pod(info, child, index, attempt=attempt, plugins=plugins))
+        creates = [
+            jobset.build_pod(info, child, index, attempt=attempt, plugins=plugins)
+            for child in obs.jobs
+            if not child.complete and jobset.depends_on_met(info, child.pod_set, obs)
+            for index in child.missing()
+        ]
         if creates:
             await self._prepare(info, ctx.gang)
         outcomes = await asyncio.gather(
@@ -601,33 +588,42 @@ class TrainJobReconciler(JobReconciler):
         if self.settings.status_server is not None:
             await sync_tls_config(self.kube, info.job, self.settings.status_server)
         for extra in info.extras:
-            try:
-                existing = await self.kube.get(extra.resource, extra.name, info.namespace)
-                if existing is None:
-                    body = extra.make()
-                    body["metadata"]["namespace"] = info.namespace
-                    await self.writer.create_all(info.job, extra.resource, [body], track=False)
-                elif not (extra.retained and retained_claim_of(existing, info.name)):
-                    require_ours(info.job, extra.resource, existing)
-            except errors.APIError as exc:
-                if exc.status == 403 and extra.resource is SECRETS:
-                    raise errors.APIError(
-                        403,
-                        f"the controller may not create the MPI SSH key Secret {extra.name}: apply "
-                        "deploy/extras/mpi-ssh-keys to grant it",
-                    ) from exc
-                raise
+            await self._ensure_extra(info, extra)
         if gang is not None:
-            try:
-                await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
-            except errors.APIConflictError:
-                await check_existing(self.kube, info.job, gang.resource, info.name)
-            except errors.APINotFoundError as exc:
+            await self._ensure_pod_group(info, gang)
+
+    async def _ensure_extra(self, info: TrainJobInfo, extra: Extra) -> None:
+        """Create an object the pods need besides the Service (the MPI hostfile and SSH key, an output
+        claim), or check that the one there is this TrainJob's (a claim it retained is kept as it is)."""
+        try:
+            existing = await self.kube.get(extra.resource, extra.name, info.namespace)
+            if existing is None:
+                body = extra.make()
+                body["metadata"]["namespace"] = info.namespace
+                await self.writer.create_all(info.job, extra.resource, [body], track=False)
+            elif not (extra.retained and retained_claim_of(existing, info.name)):
+                require_ours(info.job, extra.resource, existing)
+        except errors.APIError as exc:
+            if exc.status == 403 and extra.resource is SECRETS:
                 raise errors.APIError(
-                    404,
-                    f"the runtime's podGroupPolicy needs {gang.resource}; install its scheduler or run the "
-                    "controller with --gang-scheduler-name=kubernetes",
+                    403,
+                    f"the controller may not create the MPI SSH key Secret {extra.name}: apply "
+                    "deploy/extras/mpi-ssh-keys to grant it",
                 ) from exc
+            raise
+
+    async def _ensure_pod_group(self, info: TrainJobInfo, gang: GangScheduler) -> None:
+        """The gang scheduler's pod group for the TrainJob; a clear error when its CRD is missing."""
+        try:
+            await self.kube.create(gang.resource, gang.pod_group(info), info.namespace)
+        except errors.APIConflictError:
+            await check_existing(self.kube, info.job, gang.resource, info.name)
+        except errors.APINotFoundError as exc:
+            raise errors.APIError(
+                404,
+                f"the runtime's podGroupPolicy needs {gang.resource}; install its scheduler or run the "
+                "controller with --gang-scheduler-name=kubernetes",
+            ) from exc
 
     async def _copy_report(self, ctx: _Pass, info: TrainJobInfo, obs: jobset.Observation) -> None:
         """Copy rank 0's report from its pods, or else from a deleted one (``DepartedPods``).
@@ -653,6 +649,26 @@ class TrainJobReconciler(JobReconciler):
             return report
 
         await self.copy_report(ctx, report_of)
+
+
+def _record(status: Obj, info: TrainJobInfo, obs: jobset.Observation) -> None:
+    """Write what the pass observed into the status: each child Job's counts and the bookkeeping the
+    next pass reads back (failures, restarts counted, failed indexes, start times)."""
+    status["jobsStatus"] = jobset.jobs_status(info, obs)
+    status["jobFailures"] = obs.job_failures
+    status["countedPodRestarts"] = obs.counted
+    _set_or_drop(status, "failedIndexes", obs.failed_indexes)
+    _set_or_drop(status, "jobStartTimes", obs.start_times)
+
+
+def _fenced_pods(obs: jobset.Observation) -> list[str]:
+    """The pods, live or failed, that were fenced off their checkpoint (a newer attempt writes it)."""
+    return [
+        p["metadata"]["name"]
+        for j in obs.jobs
+        for p in [*j.live.values(), *(f for fs in j.failed_pods.values() for f in fs)]
+        if fenced_off(p)
+    ]
 
 
 def _set_or_drop(status: Obj, key: str, value: Obj) -> None:

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
@@ -190,6 +191,33 @@ async def check_existing(kube: KubeClient, owner: Obj, resource: Resource, name:
 
 
 @dataclass
+class Batches:
+    """Slow-start batches of creates (1, 2, 4, ... up to the concurrency) that stop after the first
+    batch with a failure: what they created, what failed, and how many bodies they attempted (each
+    attempted create accounts for its own expectation, however it ends)."""
+
+    created: list[str] = field(default_factory=list)
+    failures: list[tuple[str, BaseException]] = field(default_factory=list)
+    attempted: int = 0
+
+    async def run(
+        self, create: Callable[[Obj], Awaitable[str | None]], bodies: list[Obj], concurrency: int
+    ) -> None:
+        """Create ``bodies`` with ``create`` (the name created, or None for one already there)."""
+        batch = 1
+        while self.attempted < len(bodies) and not self.failures:
+            chunk = bodies[self.attempted : self.attempted + batch]
+            self.attempted += len(chunk)
+            results = await asyncio.gather(*(create(b) for b in chunk), return_exceptions=True)
+            for body, result in zip(chunk, results, strict=True):
+                if isinstance(result, BaseException):
+                    self.failures.append((body["metadata"]["name"], result))
+                elif result is not None:
+                    self.created.append(result)
+            batch = min(2 * batch, concurrency)
+
+
+@dataclass
 class ChildWriter:
     kube: KubeClient
     expectations: Expectations
@@ -205,51 +233,52 @@ class ChildWriter:
         kind = resource.kind
         if track:
             self.expectations.expect_creations(key, len(bodies))
-        settled = 0  # creations whose expectation is already accounted for (created, or lowered)
 
-        async def create(body: Obj) -> str | None:
-            name: str = body["metadata"]["name"]
-            try:
-                await self.kube.create(resource, body, meta["namespace"])
-            except BaseException as exc:
-                if track:  # no add event will come for this create
-                    self.expectations.creation_observed(key)
-                if isinstance(exc, errors.APIConflictError):
-                    await check_existing(self.kube, owner, resource, name)
-                    return None
-                raise
-            return name
-
-        created: list[str] = []
-        failures: list[tuple[str, BaseException]] = []
-        batch = 1
+        create = functools.partial(self._create, owner, resource, tracked=key if track else None)
+        batches = Batches()
         try:
-            while settled < len(bodies) and not failures:
-                chunk = bodies[settled : settled + batch]
-                settled += len(chunk)
-                results = await asyncio.gather(*(create(b) for b in chunk), return_exceptions=True)
-                for body, result in zip(chunk, results, strict=True):
-                    if isinstance(result, BaseException):
-                        failures.append((body["metadata"]["name"], result))
-                    elif result is not None:
-                        created.append(result)
-                batch = min(2 * batch, self.concurrency)
+            await batches.run(create, bodies, self.concurrency)
         finally:
             if track:
-                for _ in range(len(bodies) - settled):  # never attempted: no event will come for them
+                for _ in range(len(bodies) - batches.attempted):  # no event will come for these
                     self.expectations.creation_observed(key)
-        if created:
-            noun = kind.lower() + ("s" if len(created) > 1 else "")
+        if batches.created:
+            noun = kind.lower() + ("s" if len(batches.created) > 1 else "")
             self.recorder.event(
-                owner, NORMAL, f"SuccessfulCreate{kind}", f"Created {noun}: {', '.join(created)}"
+                owner, NORMAL, f"SuccessfulCreate{kind}", f"Created {noun}: {', '.join(batches.created)}"
             )
-        if not failures:
-            return
+        if batches.failures:
+            self._raise_failure(owner, resource, batches.failures)
+
+    async def _create(self, owner: Obj, resource: Resource, body: Obj, *, tracked: str | None) -> str | None:
+        """Create one child: its name, or None when one of that name is there already and is this job's.
+        ``tracked``: the job's key when its expectations count this create."""
+        name: str = body["metadata"]["name"]
+        try:
+            await self.kube.create(resource, body, owner["metadata"]["namespace"])
+        except BaseException as exc:
+            if tracked is not None:  # no add event will come for this create
+                self.expectations.creation_observed(tracked)
+            if isinstance(exc, errors.APIConflictError):
+                await check_existing(self.kube, owner, resource, name)
+                return None
+            raise
+        return name
+
+    def _raise_failure(
+        self, owner: Obj, resource: Resource, failures: list[tuple[str, BaseException]]
+    ) -> None:
+        """Post one Warning for a batch's failures (none for a cancellation) and raise the first, as a
+        ``ChildRejectedError`` where the API server's refusal says what is wrong with the child."""
         name, first = failures[0]
         if not isinstance(first, asyncio.CancelledError):
-            text = failure_text(first)
             more = f" (and {len(failures) - 1} more in this batch)" if len(failures) > 1 else ""
-            self.recorder.event(owner, WARNING, f"FailedCreate{kind}", f"Error creating {name}: {text}{more}")
+            self.recorder.event(
+                owner,
+                WARNING,
+                f"FailedCreate{resource.kind}",
+                f"Error creating {name}: {failure_text(first)}{more}",
+            )
         rejected = refusal(resource, name, first) if isinstance(first, errors.APIError) else None
         if rejected is not None:
             raise rejected from first

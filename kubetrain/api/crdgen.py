@@ -156,18 +156,7 @@ class _Converter:
             target = self.convert(self.defs[node.pop("$ref").split("/")[-1]])
             return {**target, **self.convert(node)} if node else target
         if "anyOf" in node:
-            branches = [b for b in node.pop("anyOf") if b.get("type") != "null"]
-            if len(branches) == 1:
-                merged = {**self.convert(branches[0]), **self.convert(node)}
-                return merged
-            if {b.get("type") for b in branches} == {"integer", "string"}:
-                node.pop("x-kubernetes-int-or-string", None)
-                return {
-                    "anyOf": [{"type": "integer"}, {"type": "string"}],
-                    "x-kubernetes-int-or-string": True,
-                    **self.convert(node),
-                }
-            raise ValueError(f"unsupported union in CRD schema: {branches}")
+            return self._union(node, [b for b in node.pop("anyOf") if b.get("type") != "null"])
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in ("title", "$defs", "const") or (key == "default" and value is None):
@@ -183,6 +172,20 @@ class _Converter:
         if "enum" in out and "type" not in out:
             out["type"] = "string"
         return out
+
+    def _union(self, node: dict[str, Any], branches: list[dict[str, Any]]) -> dict[str, Any]:
+        """An optional field (``X | None``: the one branch left), or int-or-string, which a structural
+        schema spells with ``x-kubernetes-int-or-string``; no other union has a CRD form."""
+        if len(branches) == 1:
+            return {**self.convert(branches[0]), **self.convert(node)}
+        if {b.get("type") for b in branches} == {"integer", "string"}:
+            node.pop("x-kubernetes-int-or-string", None)
+            return {
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "x-kubernetes-int-or-string": True,
+                **self.convert(node),
+            }
+        raise ValueError(f"unsupported union in CRD schema: {branches}")
 
     def _k8s(self, node: dict[str, Any]) -> dict[str, Any]:
         ref = node.pop(K8S_REF)

@@ -37,16 +37,16 @@ def is_true(job: Obj, ctype: str) -> bool:
 def state(job: Obj) -> State:
     """A job's state in one word, the same for every kind."""
     kind = kind_of(job["kind"])
-    if is_true(job, kind.success):
-        return "Succeeded"
-    if is_true(job, "Failed"):
-        return "Failed"
-    if is_true(job, "Suspended"):
-        return "Suspended"
-    if is_true(job, "Restarting"):
-        return "Restarting"
-    if is_true(job, "Running"):
-        return "Running"
+    ladder: tuple[tuple[str, State], ...] = (
+        (kind.success, "Succeeded"),
+        ("Failed", "Failed"),
+        ("Suspended", "Suspended"),
+        ("Restarting", "Restarting"),
+        ("Running", "Running"),
+    )
+    for condition, named in ladder:  # the first true condition names the state
+        if is_true(job, condition):
+            return named
     if not kind.is_v1 and (job.get("status") or {}).get("jobsStatus"):
         active = sum(j.get("active") or 0 for j in job["status"]["jobsStatus"])
         return "Running" if active else "Pending"
