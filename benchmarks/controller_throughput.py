@@ -82,6 +82,8 @@ from kubetrain.kube.resources import (
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run as a script: tests.support has the controller's command line
 
+from least_controller import STARTED as LEAST_STARTED  # noqa: E402
+
 from tests.support import controller_command  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -223,6 +225,7 @@ class SuccessClock:
 
 BARE = "bare parallel creator"
 BARE_WITH_JOBS = "bare creator + job objects"
+LEAST = "least controller (watch, then create)"
 
 
 async def run_baseline(
@@ -612,6 +615,7 @@ def report(runs: list[Run]) -> str:
         "p95 create latency (s)",
         "p95 vs bare",
         "p95 vs bare + jobs",
+        "p95 vs least controller",
         "makespan (s)",
         "vs bare",
         "vs upstream",
@@ -653,6 +657,7 @@ def report(runs: list[Run]) -> str:
             _cell([p95(r) for r in group], 2),
             "-" if name == BARE else _cell(ratios(group, BARE, p95), 2),
             "-" if name in (BARE, BARE_WITH_JOBS) else _cell(ratios(group, BARE_WITH_JOBS, p95), 2),
+            "-" if name in (BARE, BARE_WITH_JOBS, LEAST) else _cell(ratios(group, "least", p95), 2),
             _cell([r.makespan for r in group], 1),
             "-" if name == BARE else _cell(ratios(group, BARE, makespan), 2),
             _cell(ratios(group, "upstream", makespan), 2),
@@ -830,8 +835,26 @@ def plot(runs: list[Run], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def least_controller() -> Operator:
+    """The least a controller does (``least_controller.py``): the floor of the controller pattern."""
+
+    def argv(namespace: str, port: int) -> list[str]:
+        return [sys.executable, str(REPO / "benchmarks" / "least_controller.py"), namespace, str(port)]
+
+    return Operator(
+        LEAST,
+        argv,
+        LEAST_STARTED,
+        "kubetrain_kube_api_requests_total",
+        "verb",
+        "kubetrain_reconcile_total",
+        None,
+    )
+
+
 def operators(args: argparse.Namespace) -> list[Operator]:
     chosen = [
+        least_controller(),
         upstream_operator(),
         kubetrain_operator(UPSTREAM_QPS, UPSTREAM_BURST, THREADS),
         kubetrain_operator(args.qps, max(1, int(args.qps * 2)), None),

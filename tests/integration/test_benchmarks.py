@@ -32,7 +32,7 @@ def test_the_documented_benchmark_runs_every_configuration(kubeconfig: Path, tmp
     )
     runs = json.loads((tmp_path / "controller_throughput.json").read_text())
     names = [(r["name"].split()[0], r["round"]) for r in runs]
-    every = ("bare", "bare", "upstream", "kubetrain", "kubetrain")
+    every = ("bare", "bare", "least", "upstream", "kubetrain", "kubetrain")
     assert names == [(n, i) for i in (0, 1) for n in every], names
     assert runs[1]["name"] == "bare creator + job objects", runs[1]["name"]
     # 2 jobs of 4 pods: a pod and a service a replica, and each job object for the second

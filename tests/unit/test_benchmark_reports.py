@@ -35,9 +35,11 @@ def test_ratios_over_rounds_are_taken_within_each_round() -> None:
     runs = [
         run("bare parallel creator", 0, 1.0, 10.0),
         run("bare creator + job objects", 0, 1.2, 10.0),
+        run(ct.LEAST, 0, 1.25, 10.0),
         run("kubetrain (unlimited)", 0, 1.5, 10.0),
         run("bare parallel creator", 1, 2.0, 20.0),
         run("bare creator + job objects", 1, 2.4, 20.0),
+        run(ct.LEAST, 1, 2.0, 20.0),
         run("kubetrain (unlimited)", 1, 2.2, 22.0),
     ]
     report = ct.report(runs)
@@ -49,10 +51,12 @@ def test_ratios_over_rounds_are_taken_within_each_round() -> None:
     # p95 vs bare: 1.5 and 1.1 within the rounds (the medians' ratio, 1.85 / 1.5, would say 1.23)
     assert cells("kubetrain (unlimited)")[4] == "1.30 (1.10-1.50)", report
     assert cells("kubetrain (unlimited)")[5] == "1.08 (0.92-1.25)", report  # p95 vs bare + jobs
-    assert cells("kubetrain (unlimited)")[7] == "1.05 (1.00-1.10)", report  # makespan vs bare
-    # what the job objects cost, against the bare creator of the same round
-    assert cells("bare creator + job objects")[4:6] == ["1.20 (1.20-1.20)", "-"], report
-    assert cells("bare parallel creator")[4:6] == ["-", "-"], report
+    assert cells("kubetrain (unlimited)")[6] == "1.15 (1.10-1.20)", report  # p95 vs least controller
+    assert cells("kubetrain (unlimited)")[8] == "1.05 (1.00-1.10)", report  # makespan vs bare
+    # what the job objects cost, and the least controller, against the bare creator of the same round
+    assert cells("bare creator + job objects")[4:7] == ["1.20 (1.20-1.20)", "-", "-"], report
+    assert cells(ct.LEAST)[4:7] == ["1.12 (1.00-1.25)", "0.94 (0.83-1.04)", "-"], report
+    assert cells("bare parallel creator")[4:7] == ["-", "-", "-"], report
     assert report.startswith("Medians of 2 rounds") and "| bare parallel creator #2 |" in report, report
 
 
