@@ -224,7 +224,8 @@ def _place(jobs: Mapping[tuple[str, int], ChildJob], pod: Obj, attempt: int) -> 
     labels = pod["metadata"].get("labels") or {}
     if labels.get(naming.JOBSET_RESTART_ATTEMPT) != str(attempt):
         return None
-    job = jobs.get((labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX))))  # type: ignore[arg-type]
+    key = (labels.get(naming.JOBSET_REPLICATED_JOB), _int(labels.get(naming.JOBSET_JOB_INDEX)))
+    job = jobs.get(key)  # type: ignore[arg-type]
     index = _int(labels.get(naming.JOB_COMPLETION_INDEX))
     if job is None or index is None or index >= job.pod_set.count:
         return None
@@ -232,8 +233,8 @@ def _place(jobs: Mapping[tuple[str, int], ChildJob], pod: Obj, attempt: int) -> 
 
 
 def _file(job: ChildJob, index: int, pod: Obj) -> int:
-    """File a live pod of the attempt under its index, as the Job controller would judge it; the failures
-    it adds to its restarts (1 for a Failed pod the pod failure policy does not ignore)."""
+    """File a pod of the attempt (not being deleted) under its index, as the Job controller would judge
+    it; the failures it adds to its restarts (1 for a Failed pod the pod failure policy does not ignore)."""
     counts = index_counts(pod)
     phase = pod.get("status", {}).get("phase")
     if phase == "Failed":
