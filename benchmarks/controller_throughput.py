@@ -60,11 +60,7 @@ from rich.table import Table
 
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB
-from kubetrain.controller import cached, frameworks
-from kubetrain.controller.frameworks.base import job_info
-from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
-from kubetrain.controller.plugins.gpu import GpuPlugin
-from kubetrain.controller.reconcilers.children import build_pod, build_service
+from kubetrain.controller import cached
 from kubetrain.devcluster import build, certs
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.kube import errors
@@ -77,12 +73,14 @@ from kubetrain.kube.resources import (
     SERVICE_ACCOUNTS,
     SERVICES,
     VALIDATING_WEBHOOKS,
+    Resource,
 )
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run as a script: tests.support has the controller's command line
 
 from least_controller import STARTED as LEAST_STARTED  # noqa: E402
+from least_controller import children  # noqa: E402
 
 from tests.support import controller_command  # noqa: E402
 
@@ -242,21 +240,16 @@ async def run_baseline(
     clock = PodClock(kube, namespace, workers + 1)
     clock.informer.start()
     await clock.informer.wait_synced()
-    framework = frameworks.by_name("PyTorchJob")
-    plugins = [CheckpointPlugin(), GpuPlugin()]  # what the controller applies, so the pods are the same
-    objects = []
+    objects: list[tuple[Resource, dict[str, Any]]] = []
     for j in range(jobs):
         name = f"job-{j:04d}"
-        if with_jobs:  # an object of its own: job_info below may fill in defaults
-            objects.append(manifest(name, workers))
+        if with_jobs:  # an object of its own: the children's build below may fill in defaults
+            objects.append((PYTORCHJOB.resource, manifest(name, workers)))
         body = manifest(name, workers)
         body["metadata"].update({"namespace": namespace, "uid": "none"})
-        info = job_info(body, framework)
-        for rtype, replica in info.replicas.items():
-            for index in range(replica.replicas):
-                for obj in (build_pod(info, rtype, index, plugins), build_service(info, rtype, index)):
-                    obj["metadata"].pop("ownerReferences")
-                    objects.append(obj)
+        for resource, obj in children(body):  # the same pods and services the controller writes
+            obj["metadata"].pop("ownerReferences")
+            objects.append((resource, obj))
     limit = asyncio.Semaphore(64)
     meter = CpuMeter(cluster)
     meter.start()
@@ -264,12 +257,11 @@ async def run_baseline(
     started = time.monotonic()
     submitted = {f"job-{j:04d}": started for j in range(jobs)}
 
-    async def create(obj: dict[str, Any]) -> None:
+    async def create(resource: Resource, obj: dict[str, Any]) -> None:
         async with limit:
-            resource = {"Pod": PODS, "Service": SERVICES}.get(obj["kind"], PYTORCHJOB.resource)
             await kube.create(resource, obj, namespace)
 
-    await asyncio.gather(*(create(o) for o in objects))
+    await asyncio.gather(*(create(r, o) for r, o in objects))
     result.requests = {"POST": len(objects)}
     total = jobs * (workers + 1)
     while len(clock.succeeded) < total:

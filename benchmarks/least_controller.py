@@ -39,10 +39,27 @@ from kubetrain.controller.state import PodPlugin
 from kubetrain.kube import observer
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
-from kubetrain.kube.resources import PODS, SERVICES
+from kubetrain.kube.resources import PODS, SERVICES, Resource
 
 STARTED = "least controller started"
 NAME = "least-controller"
+
+
+PLUGINS: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]  # what the controller applies
+
+
+def children(job: dict[str, Any]) -> list[tuple[Resource, dict[str, Any]]]:
+    """The pods and services kubetrain's controller creates for a PyTorchJob, a pod and a service a
+    replica, built as it builds them (the bare creators write the same)."""
+    info = job_info(job, by_name("PyTorchJob"))
+    built: list[tuple[Resource, dict[str, Any]]] = []
+    for rtype, replica in info.replicas.items():
+        for index in range(replica.replicas):
+            built += [
+                (PODS, build_pod(info, rtype, index, PLUGINS)),
+                (SERVICES, build_service(info, rtype, index)),
+            ]
+    return built
 
 
 class LeastController:
@@ -55,8 +72,6 @@ class LeastController:
         self.pods = Informer(kube, PODS, namespace=namespace)
         self.jobs.add_handler(self._job_seen)
         self.pods.add_handler(self._pod_seen)
-        self.framework = by_name("PyTorchJob")
-        self.plugins: list[PodPlugin] = [CheckpointPlugin(), GpuPlugin()]
         self.done: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -80,16 +95,7 @@ class LeastController:
 
     async def _create_children(self, job: dict[str, Any]) -> None:
         observer.current().reconcile_started(NAME)
-        info = job_info(job, self.framework)
-        creates = []
-        for rtype, replica in info.replicas.items():
-            for index in range(replica.replicas):
-                pod, service = build_pod(info, rtype, index, self.plugins), build_service(info, rtype, index)
-                creates += [
-                    self.kube.create(PODS, pod, self.namespace),
-                    self.kube.create(SERVICES, service, self.namespace),
-                ]
-        await asyncio.gather(*creates)
+        await asyncio.gather(*(self.kube.create(r, body, self.namespace) for r, body in children(job)))
         observer.current().reconciled(NAME, "success", 0.0)
 
     async def _succeed(self, job: str) -> None:
