@@ -28,7 +28,6 @@ from kubetrain.controller import frameworks
 from tests.support import (
     HANG,
     Jobs,
-    eventually,
     fails,
     runs_for,
     start_controller_process,
@@ -140,6 +139,17 @@ def is_live(pod: client.V1Pod) -> bool:
     return pod.metadata.deletion_timestamp is None and (pod.status.phase or "Pending") in (
         "Pending",
         "Running",
+    )
+
+
+def _leftover(kind: str, obj: Any) -> str:
+    """An object left after its job was deleted, with what tells why it stays."""
+    meta, spec, status = obj.metadata, getattr(obj, "spec", None), getattr(obj, "status", None)
+    return (
+        f"{kind} {meta.name} (owners {[r.name for r in meta.owner_references or []]}, "
+        f"created {meta.creation_timestamp}, deleting since {meta.deletion_timestamp}, "
+        f"finalizers {meta.finalizers}, node {getattr(spec, 'node_name', None)}, "
+        f"phase {getattr(status, 'phase', None)})"
     )
 
 
@@ -606,23 +616,40 @@ class MixRun:
         for actor in self.actors:
             actor.cancel()
 
-    async def delete_all_and_wait_gone(self, timeout: float = 90) -> None:
-        """Delete the jobs; their pods, services and snapshots must all go (no orphans)."""
+    async def delete_all_and_wait_gone(self, stall: float = 60) -> None:
+        """Delete the jobs; their pods, services and snapshots must all go (no orphans).
+
+        The garbage collector deletes them at its client's rate (kube-controller-manager's 20 a
+        second), so thousands take minutes: what fails the check is no object going for ``stall``
+        seconds while some are left, which is what an orphan looks like, whatever the suite's size.
+        """
         for name, scenario in self.planned:
             if scenario.outcome.condition is not None:
                 await self.jobs.delete(name, scenario.kind)
         core, namespace = self.jobs.core, self.jobs.namespace
 
-        async def nothing_left() -> bool:
+        async def left() -> list[str]:
             pods = await core.list_namespaced_pod(namespace)
             services = await core.list_namespaced_service(namespace)
             maps = await core.list_namespaced_config_map(namespace)
             owned = [c for c in maps.items if c.metadata.owner_references]
-            return not pods.items and not services.items and not owned
+            return [
+                _leftover(kind, o)
+                for kind, items in (("pod", pods.items), ("service", services.items), ("configmap", owned))
+                for o in items
+            ]
 
-        await eventually(
-            nothing_left, timeout=timeout, interval=1.0, what="no pods or services left (orphans)"
-        )
+        remaining = await left()
+        fewest, since = len(remaining), time.monotonic()
+        while remaining:  # progress is a new low: objects created again as others go are no progress
+            await asyncio.sleep(1.0)
+            remaining = await left()
+            if len(remaining) < fewest:
+                fewest, since = len(remaining), time.monotonic()
+            elif time.monotonic() - since > stall:
+                raise AssertionError(
+                    f"{len(remaining)} orphans, none gone for {stall:.0f}s: {remaining[:10]}"
+                )
 
     @property
     def pods_created(self) -> int:
