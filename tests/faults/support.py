@@ -628,16 +628,13 @@ class MixRun:
                 await self.jobs.delete(name, scenario.kind)
         core, namespace = self.jobs.core, self.jobs.namespace
 
-        async def left() -> list[str]:
+        async def left() -> list[tuple[str, Any]]:
             pods = await core.list_namespaced_pod(namespace)
             services = await core.list_namespaced_service(namespace)
             maps = await core.list_namespaced_config_map(namespace)
             owned = [c for c in maps.items if c.metadata.owner_references]
-            return [
-                _leftover(kind, o)
-                for kind, items in (("pod", pods.items), ("service", services.items), ("configmap", owned))
-                for o in items
-            ]
+            kinds = (("pod", pods.items), ("service", services.items), ("configmap", owned))
+            return [(kind, o) for kind, items in kinds for o in items]
 
         remaining = await left()
         fewest, since = len(remaining), time.monotonic()
@@ -648,7 +645,8 @@ class MixRun:
                 fewest, since = len(remaining), time.monotonic()
             elif time.monotonic() - since > stall:
                 raise AssertionError(
-                    f"{len(remaining)} orphans, none gone for {stall:.0f}s: {remaining[:10]}"
+                    f"{len(remaining)} orphans, none gone for {stall:.0f}s: "
+                    f"{[_leftover(kind, o) for kind, o in remaining[:10]]}"
                 )
 
     @property
