@@ -449,7 +449,12 @@ class LeaderElector:
 
     # -- handing over --------------------------------------------------------------------------------
     async def release(self) -> bool:
-        """Hand the Lease over at once if this replica still holds it; True when it did."""
+        """Hand the Lease over at once if this replica still holds it; True when it did.
+
+        It reads the Lease before writing: a renew cut off on the way out (cancelled after its request
+        left, its answer never read) may have moved the Lease on from the version this replica last saw,
+        and a write on that version would be refused, leaving followers to wait out a full lease.
+        """
         if not self.leading or self.observation is None:
             return False
         self.leading = False
@@ -457,10 +462,13 @@ class LeaderElector:
         left = self._time_left()
         if left <= 0:
             return False
-        record = released(self.observation.record, self._wall())
         try:
             async with asyncio.timeout(min(self.timings.call_timeout, left)):
-                version = await self.store.update(record, self.observation.resource_version)
+                found = await self.store.get()
+                if found is None or found[0].holder != self.identity:
+                    return False
+                record = released(found[0], self._wall())
+                version = await self.store.update(record, found[1])
         except ATTEMPT_FAILURES as exc:
             log.warning("could not release the lease %s: %s", self.lease, _describe(exc))
             return False

@@ -173,7 +173,10 @@ async def test_sigterm_hands_the_lease_over_and_the_next_replica_leads_at_once(
         )
         takeover = time.monotonic() - stopped_at
         print(f"\nhandover on SIGTERM: replica-b led {takeover:.2f}s after replica-a was told to stop")
-        assert takeover < 6, f"replica-b took {takeover:.1f}s: the Lease was not handed over"
+        assert takeover < 6, (
+            f"replica-b took {takeover:.1f}s: the Lease was not handed over\n"
+            + logs["replica-a"].read_text(errors="replace")[-3000:]
+        )
         after = await read_lease(coordination, namespace, "handover")
         assert after is not None
         assert after.lease_transitions == (before.lease_transitions or 0) + 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -321,6 +322,28 @@ async def test_a_released_lease_is_taken_by_the_next_replica_without_waiting() -
     await successor.acquire()
     assert clock.now == 1000.0
     assert lease.record is not None and (lease.record.holder, lease.record.transitions) == ("successor", 1)
+
+
+async def test_a_renew_whose_answer_was_lost_on_the_way_out_does_not_stop_the_release() -> None:
+    """Stopping cancels the renew loop, possibly after its PUT reached the API server: the Lease then
+    has a newer version than the leader saw, and the handover must still happen."""
+    clock = FakeClock(1000.0)
+    lease = MemoryLease()
+    leader = await lead(lease, clock)
+    assert lease.record is not None
+    lease.force(replace(lease.record, renew_time="2030-01-01T00:16:41.000000Z"))  # its renew, unread
+    assert await leader.release()
+    assert lease.record is not None and (lease.record.holder, lease.record.duration_seconds) == ("", 1)
+
+
+async def test_a_leader_does_not_release_a_lease_another_replica_holds_now() -> None:
+    clock = FakeClock(1000.0)
+    lease = MemoryLease()
+    leader = await lead(lease, clock)
+    lease.force(LeaseRecord("usurper", 15, "t", "t", 1))
+    assert not await leader.release()
+    assert lease.record is not None and lease.record.holder == "usurper"
+    assert [w.holder for w in lease.writes] == ["me"]
 
 
 async def test_leadership_keeps_renewing_while_the_block_runs_and_releases_on_the_way_out() -> None:
