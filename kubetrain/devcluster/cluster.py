@@ -37,10 +37,14 @@ from kubetrain.kube.resources import NODES
 # garbage collection, namespace deletion, default service accounts, the
 # finalizers that protect pod groups, claims and volumes in use (without them a
 # deleted claim, and so its namespace, would wait forever), binding claims
-# to volumes, folding aggregated ClusterRoles (kubetrain-edit) into `edit`, and
-# Deployments (the controller's own install rolls out here as on any cluster).
+# to volumes, folding aggregated ClusterRoles (kubetrain-edit) into `edit`,
+# Deployments (the controller's own install rolls out here as on any cluster),
+# and the pod garbage collector: a DELETE of an unscheduled pod cut off between
+# the API server's two steps (mark deleting, then remove) leaves a pod no
+# kubelet will remove, and on a real cluster that collector deletes it.
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
+    "pod-garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",

@@ -20,7 +20,6 @@ import logging
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import PODS
@@ -79,12 +78,15 @@ class PodFinalizer:
         await self.kube.delete(PODS, name, namespace, uid=uid, propagation=None, grace_period_seconds=0)
 
     async def _work(self) -> None:
+        """Remove queued pods one at a time; whatever a removal fails with, try that pod again later: a
+        worker that ended on an unexpected error would leave its pod terminating for good (its uid
+        stays marked queued, so no later event queues it again)."""
         while True:
             target = await self._queue.get()
             try:
                 await self.remove(*target)
                 self._queued.discard(target[2])
-            except (errors.APIError, OSError, TimeoutError) as exc:
-                log.warning("could not remove pod %s/%s (retrying): %s", target[0], target[1], exc)
+            except Exception as exc:  # any failure is retried, never the end of a worker
+                log.warning("could not remove pod %s/%s (retrying): %r", target[0], target[1], exc)
                 await asyncio.sleep(RETRY_SECONDS)
                 self._queue.put_nowait(target)

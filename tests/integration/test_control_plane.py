@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -232,3 +233,80 @@ async def test_a_simulated_node_removes_a_deleted_pod_and_a_late_removal_spares_
         await kube.close()
     still = await core.read_namespaced_pod("slot", namespace)
     assert (still.metadata.uid, still.metadata.deletion_timestamp) == (second.metadata.uid, None)
+
+
+async def test_an_unscheduled_pod_left_terminating_by_a_cut_off_delete_is_removed(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    """The API server deletes an unscheduled pod in two steps: it marks the pod deleting (grace 0), then
+    removes it. A client killed between the two (the crash storm does this) leaves a pod no kubelet
+    will ever remove; a real cluster's pod garbage collector deletes it. Here a policy that refuses the
+    second step stands in for the cut."""
+    custom = client.CustomObjectsApi(core.api_client)
+    group, version = "admissionregistration.k8s.io", "v1"
+    name = f"hold-deletes-in-{namespace}"
+    policy = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["DELETE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "!has(oldObject.metadata.deletionTimestamp)", "message": "held"}],
+        },
+    }
+    binding = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    unschedulable = {"nodeSelector": {"kubetrain.dev/nowhere": "true"}}
+    await custom.create_cluster_custom_object(group, version, "validatingadmissionpolicies", policy)
+    try:
+        await custom.create_cluster_custom_object(
+            group, version, "validatingadmissionpolicybindings", binding
+        )
+        stuck = ""
+        for attempt in range(60):  # until the API server has loaded the policy
+            pod = _pod(f"cut-{attempt}")
+            pod["spec"].update(unschedulable)
+            await core.create_namespaced_pod(namespace, pod)
+            with contextlib.suppress(client.ApiException):
+                await core.delete_namespaced_pod(f"cut-{attempt}", namespace)
+            found = [
+                p
+                for p in (await core.list_namespaced_pod(namespace)).items
+                if p.metadata.name == f"cut-{attempt}"
+            ]
+            if found:
+                stuck = found[0].metadata.name
+                assert found[0].metadata.deletion_timestamp is not None and not found[0].spec.node_name
+                assert found[0].metadata.deletion_grace_period_seconds == 0
+                break
+            await asyncio.sleep(0.5)
+        assert stuck, "the policy never held a delete"
+    finally:
+        for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(client.ApiException):
+                await custom.delete_cluster_custom_object(group, version, plural, name)
+    for _ in range(600):  # the pod garbage collector looks every 20 s
+        if not [p for p in (await core.list_namespaced_pod(namespace)).items if p.metadata.name == stuck]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"pod {stuck} is still terminating a minute after its delete was cut off")
