@@ -235,6 +235,15 @@ async def test_a_simulated_node_removes_a_deleted_pod_and_a_late_removal_spares_
     assert (still.metadata.uid, still.metadata.deletion_timestamp) == (second.metadata.uid, None)
 
 
+async def _read_pod(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | None:
+    try:
+        return await core.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 async def test_an_unscheduled_pod_left_terminating_by_a_cut_off_delete_is_removed(
     core: client.CoreV1Api, namespace: str
 ) -> None:
@@ -282,31 +291,28 @@ async def test_an_unscheduled_pod_left_terminating_by_a_cut_off_delete_is_remove
         await custom.create_cluster_custom_object(
             group, version, "validatingadmissionpolicybindings", binding
         )
-        stuck = ""
+        stuck: client.V1Pod | None = None
         for attempt in range(60):  # until the API server has loaded the policy
             pod = _pod(f"cut-{attempt}")
             pod["spec"].update(unschedulable)
             await core.create_namespaced_pod(namespace, pod)
             with contextlib.suppress(client.ApiException):
                 await core.delete_namespaced_pod(f"cut-{attempt}", namespace)
-            found = [
-                p
-                for p in (await core.list_namespaced_pod(namespace)).items
-                if p.metadata.name == f"cut-{attempt}"
-            ]
-            if found:
-                stuck = found[0].metadata.name
-                assert found[0].metadata.deletion_timestamp is not None and not found[0].spec.node_name
-                assert found[0].metadata.deletion_grace_period_seconds == 0
+            stuck = await _read_pod(core, namespace, f"cut-{attempt}")
+            if stuck is not None:
                 break
             await asyncio.sleep(0.5)
-        assert stuck, "the policy never held a delete"
+        assert stuck is not None, "the policy never held a delete"
+        assert stuck.metadata.deletion_timestamp is not None and not stuck.spec.node_name
+        assert stuck.metadata.deletion_grace_period_seconds == 0
     finally:
         for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
             with contextlib.suppress(client.ApiException):
                 await custom.delete_cluster_custom_object(group, version, plural, name)
     for _ in range(600):  # the pod garbage collector looks every 20 s
-        if not [p for p in (await core.list_namespaced_pod(namespace)).items if p.metadata.name == stuck]:
+        if await _read_pod(core, namespace, stuck.metadata.name) is None:
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"pod {stuck} is still terminating a minute after its delete was cut off")
+    raise AssertionError(
+        f"pod {stuck.metadata.name} is still terminating a minute after its delete was cut off"
+    )
