@@ -19,6 +19,13 @@ Three ways a watch ends, three answers:
   default of 90 seconds never cuts a healthy one, while a stuck one costs a
   minute and a half instead of the ten it did.
 
+The controller's own writes enter the store at once (``observe_write``), so the
+store can be ahead of the watch. An event older than the copy the store holds
+(the watch still delivering what happened before that write) is dropped: applied,
+it would step the cache back to before the write, and a reconcile would act on
+the past, such as recreating the pods of a job whose terminal status it had just
+written and whose pods it had just deleted.
+
 Indexes (by owner uid, for instance) are kept up to date on every change, so a
 reconciler finds a job's pods without scanning every pod. A ``transform``, as
 client-go's informers have, decides what of each object the store keeps (what
@@ -63,6 +70,22 @@ def controller_owner_uid(obj: Obj) -> list[str]:
         if ref.get("controller"):
             return [str(ref["uid"])]
     return []
+
+
+def _later(obj: Obj, than: Obj) -> bool:
+    """Whether ``obj`` is a later version than ``than`` (the copy of it the store holds).
+
+    ResourceVersions are the API server's storage revisions, numbers that grow with every write; one
+    that is not a number is taken as later unless it is the same string (a duplicate).
+    """
+    mine = obj.get("metadata", {}).get("resourceVersion")
+    theirs = than.get("metadata", {}).get("resourceVersion")
+    if mine == theirs:
+        return False
+    try:
+        return int(mine) > int(theirs)
+    except (TypeError, ValueError):
+        return True
 
 
 class Informer:
@@ -126,14 +149,8 @@ class Informer:
         not the copy before it, which would otherwise cause a needless conflict.
         """
         current = self._store.get(object_key(obj))
-        if current is None:
-            return
-        try:
-            newer = int(obj["metadata"]["resourceVersion"]) > int(current["metadata"]["resourceVersion"])
-        except (KeyError, ValueError):
-            newer = True
-        if newer:
-            self._apply("MODIFIED", obj)
+        if current is not None:
+            self._apply("MODIFIED", obj)  # ``_keep`` drops it if the watch has already moved past it
 
     # -- running -------------------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
@@ -241,9 +258,7 @@ class Informer:
             self._unindex(key, old)
             new: Obj | None = None
         else:
-            if old is not None and old.get("metadata", {}).get("resourceVersion") == obj.get(
-                "metadata", {}
-            ).get("resourceVersion"):
+            if old is not None and not _later(obj, old):
                 return
             if old is not None:
                 self._unindex(key, old)

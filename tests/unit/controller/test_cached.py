@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller import cached
 from kubetrain.controller.reconcilers import observe
 from kubetrain.kube.client import KubeClient
@@ -166,3 +167,26 @@ def test_a_relist_keeps_each_page_as_cached_as_it_arrives_and_transforms_each_ob
     asyncio.run(informer._relist())  # p1 and p2 are gone
     assert [pod["metadata"]["name"] for pod in informer.objects()] == ["p0"]
     assert len(transformed) == 4, "what left the cache is not transformed again"
+
+
+def _job(version: str, phase: str) -> dict[str, Any]:
+    meta = {"namespace": "ns", "name": "j", "uid": "u", "resourceVersion": version}
+    return {"kind": "PyTorchJob", "metadata": meta, "status": {"phase": phase}}
+
+
+def test_a_watch_event_older_than_our_own_write_does_not_step_the_cache_back() -> None:
+    """The controller writes a job's terminal status and deletes its pods; the watch, lagging, then
+    delivers an event from before that write. Applied, it would show the job running with its pods
+    gone, and the next pass would create them again."""
+    informer = Informer(None, PYTORCHJOB.resource)  # type: ignore[arg-type]
+    seen: list[str] = []
+    informer.add_handler(lambda old, new: seen.append(new["metadata"]["resourceVersion"] if new else "-"))
+    informer._apply("ADDED", _job("10", "Running"))
+    informer.observe_write(_job("12", "Failed"))
+    informer._apply("MODIFIED", _job("11", "Running"))  # the watch catching up
+    informer._apply("MODIFIED", _job("12", "Failed"))  # our own write, as the watch delivers it
+    assert informer.get("ns/j") == _job("12", "Failed")
+    informer._apply("MODIFIED", _job("13", "Failed"))
+    informer.observe_write(_job("12", "Failed"))  # an answer that arrives after the watch moved on
+    assert informer.get("ns/j") == _job("13", "Failed")
+    assert seen == ["10", "12", "13"]
