@@ -17,6 +17,7 @@ from kubetrain.devcluster.nodes import GPU_RESOURCE
 from kubetrain.devcluster.podfinalizer import PodFinalizer
 from kubetrain.kube.client import KubeClient
 from tests.docs_commands import run_documented, shell_env
+from tests.support import eventually
 
 
 def _pod(name: str, *, annotations: dict[str, str] | None = None, gpus: int = 0) -> dict[str, Any]:
@@ -309,10 +310,9 @@ async def test_an_unscheduled_pod_left_terminating_by_a_cut_off_delete_is_remove
         for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
             with contextlib.suppress(client.ApiException):
                 await custom.delete_cluster_custom_object(group, version, plural, name)
-    for _ in range(600):  # the pod garbage collector looks every 20 s
-        if await _read_pod(core, namespace, stuck.metadata.name) is None:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(
-        f"pod {stuck.metadata.name} is still terminating a minute after its delete was cut off"
-    )
+
+    async def gone() -> bool:
+        return await _read_pod(core, namespace, stuck.metadata.name) is None
+
+    # the pod garbage collector looks every 20 s
+    await eventually(gone, timeout=60, what=f"pod {stuck.metadata.name}, left terminating, to be removed")

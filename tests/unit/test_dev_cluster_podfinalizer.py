@@ -36,9 +36,7 @@ async def test_a_removal_that_fails_unexpectedly_is_retried_and_the_worker_goes_
     finally:
         worker.cancel()
     assert calls == [("ns", "p", "u1")] * 2
-    finalizer._enqueue(
-        awaiting_removal({**terminating, "metadata": {**terminating["metadata"], "uid": "u2"}})
-    )
+    finalizer._enqueue(awaiting_removal(terminating))
     assert finalizer._queue.qsize() == 1  # the removed pod's uid no longer counts as queued
 
 
