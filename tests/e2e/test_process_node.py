@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -16,8 +17,9 @@ import pytest
 from kubernetes_asyncio import client
 
 from kubetrain.client.aio import pod_log
+from kubetrain.devcluster import process
 from kubetrain.devcluster.cluster import PROCESS_NODE, DevCluster
-from kubetrain.devcluster.processnode import volumes
+from kubetrain.devcluster.processnode import containers, volumes
 from kubetrain.kube.client import KubeClient
 from tests.conftest import Kubectl
 from tests.support import eventually
@@ -401,3 +403,58 @@ async def test_a_projected_token_is_renewed_before_it_expires_and_kept_while_ren
 async def _gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
     listed = await core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
     return not listed.items
+
+
+def _alive(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def _processes_of(uid: str) -> list[psutil.Process]:
+    """The processes running a pod's containers (each carries its pod's uid in its env)."""
+    found = []
+    for candidate in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if candidate.environ().get(containers.ENV_POD_UID) == uid and _alive(candidate):
+                found.append(candidate)
+    return found
+
+
+async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
+    dev_cluster: DevCluster, core: client.CoreV1Api, namespace: str
+) -> None:
+    # Quiet training: the containers would outlive the killed node (a chatty one dies of a broken pipe).
+    script = "import time; print('started', flush=True); time.sleep(600)"
+    await core.create_namespaced_pod(namespace, pod("again", script, restart="OnFailure"))
+    await core.create_namespaced_pod(namespace, pod("once", script, restart="Never"))
+    before: dict[str, list[psutil.Process]] = {}
+    for name in ("again", "once"):
+        uid = (await wait_phase(core, namespace, name, "Running")).metadata.uid
+        before[name] = await eventually(
+            lambda uid=uid: asyncio.to_thread(_processes_of, uid), what=f"the process of {name}"
+        )
+    state = dev_cluster.load_state()
+    assert state is not None
+    process.kill(state.pids["process-node"])  # as a crash or the OOM killer would
+    assert all(_alive(p) for ps in before.values() for p in ps), "the containers died with the node"
+    await asyncio.to_thread(dev_cluster.restart, "process-node")
+
+    assert not any(_alive(p) for ps in before.values() for p in ps), "a container outlived its node"
+
+    async def restarted() -> client.V1ContainerStatus | None:
+        status = (await core.read_namespaced_pod("again", namespace)).status.container_statuses[0]
+        return status if status.restart_count == 1 and status.state.running else None
+
+    again = await eventually(restarted, what="the OnFailure container to be restarted once")
+    assert (again.last_state.terminated.exit_code, again.last_state.terminated.reason) == (255, "Unknown")
+    uid = (await core.read_namespaced_pod("again", namespace)).metadata.uid
+    assert len(await eventually(lambda: asyncio.to_thread(_processes_of, uid))) == 1
+    once = await wait_phase(core, namespace, "once", "Failed")
+    ended = once.status.container_statuses[0].state.terminated
+    assert (ended.exit_code, ended.reason, once.status.container_statuses[0].restart_count) == (
+        255,
+        "Unknown",
+        0,
+    )
+    assert not await asyncio.to_thread(_processes_of, once.metadata.uid)

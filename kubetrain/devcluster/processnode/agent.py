@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import isolation, logserver, network
+from kubetrain.devcluster.processnode import containers, isolation, logserver, network
 from kubetrain.devcluster.processnode.pods import PodWorker
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -309,6 +309,9 @@ class Agent:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, ready: asyncio.Event | None = None) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        left = await asyncio.to_thread(containers.stop_leftovers, self.settings.state_dir / "pods")
+        if left:
+            log.warning("stopped %d processes an earlier run of this node left running: %s", len(left), left)
         self.netshim = await asyncio.to_thread(isolation.build, self.settings.state_dir)
         await self.register()
         self.services.start()

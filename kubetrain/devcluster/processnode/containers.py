@@ -4,6 +4,11 @@ The process runs in a session of its own, so stopping it reaches every
 process it started (torchrun's workers included): SIGTERM to the group, SIGKILL
 after the grace period, and finally any descendant that escaped the group.
 
+A container outlives a node process that is killed (its session is its own):
+when the node starts again, ``stop_leftovers`` ends what the previous one left,
+as a node reboot would, before any pod runs again; the processes are known by
+the pod uid in their env (``ENV_POD_UID``), which their children inherit.
+
 Output goes to one log file per run of the container, one line per line of
 output, each prefixed by its RFC 3339 time and stream, as the kubelet's CRI
 logs are; the log endpoint serves them with or without the timestamps.
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+ENV_POD_UID = "KUBETRAIN_POD_UID"  # every container process, and its children, carry their pod's uid
 
 
 def _now() -> str:
@@ -105,6 +112,21 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return list(psutil.Process(pid).children(recursive=True))
     except psutil.Error:
         return []
+
+
+def stop_leftovers(pods_dir: Path) -> list[int]:
+    """SIGKILL every process of a pod whose files are in ``pods_dir`` (``<pods_dir>/<uid>``), and wait
+    for them to go; returns their pids. Called before the node runs anything, so each one was left by
+    a previous run of the node, and would otherwise train beside its pod's new processes."""
+    left: list[psutil.Process] = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            uid = process.environ().get(ENV_POD_UID)
+            if uid and (pods_dir / uid).is_dir():
+                process.kill()
+                left.append(process)
+    psutil.wait_procs(left, timeout=10)
+    return [process.pid for process in left]
 
 
 def read_log(path: Path, *, timestamps: bool = False, tail: int | None = None) -> list[str]:

@@ -36,6 +36,7 @@ MAX_TERMINATION_MESSAGE = 4096
 FALLBACK_LOG_LINES = 80
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 PEER_WAIT = 600.0  # how long a container waits for its peers' names to resolve
+UNKNOWN_EXIT_CODE = 255  # a container whose process the node lost, as a kubelet reports it after a reboot
 
 
 def _now() -> str:
@@ -54,6 +55,7 @@ class ContainerState:
     ready: bool = False
     started: bool = False
     runs: list[containers.Run] = field(default_factory=list)
+    ended_before: Obj | None = None  # how it ended in an earlier run of the node (its ``terminated``)
 
     def status(self) -> Obj:
         return {
@@ -98,6 +100,19 @@ class PodWorker:
             self._set_condition(
                 kind, False, "ContainersNotInitialized" if kind == "Initialized" else "ContainersNotReady"
             )
+        self._carry_over(pod.get("status") or {})
+
+    def _carry_over(self, status: Obj) -> None:
+        """Take over a pod that an earlier run of this node ran (see ``carried_over``)."""
+        if status.get("phase") != "Running":
+            return
+        self.phase = "Running"
+        self.start_time = status.get("startTime") or self.start_time
+        before = carried_over(status)
+        for state in self.mains:
+            state.restarts, state.ended_before = before.get(state.name, (0, None))
+            if state.ended_before is not None:
+                state.state = {"terminated": state.ended_before}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -187,7 +202,11 @@ class PodWorker:
 
     async def _supervise(self, spec: Obj, state: ContainerState) -> None:
         while not self.deleting.is_set():
-            code = await self._run_once(spec, state)
+            if state.ended_before is not None:  # it ended in the node's earlier run: go on from there
+                state.state, state.ended_before = {"terminated": state.ended_before}, None
+                code: int | None = int(state.state["terminated"].get("exitCode", UNKNOWN_EXIT_CODE))
+            else:
+                code = await self._run_once(spec, state)
             if code is None or self.deleting.is_set():
                 return
             if self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0):
@@ -331,7 +350,7 @@ class PodWorker:
                 "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(termination_log),
                 "KUBETRAIN_POD_NAME": self.name,
                 "KUBETRAIN_POD_NAMESPACE": self.namespace,
-                "KUBETRAIN_POD_UID": self.uid,
+                containers.ENV_POD_UID: self.uid,
             }
         )
         if self.gpus:
@@ -480,6 +499,28 @@ class PodWorker:
                 log.warning("status of %s/%s not written: %s", self.namespace, self.name, exc)
                 self._dirty.set()
                 await asyncio.sleep(1)
+
+
+def carried_over(status: Obj) -> dict[str, tuple[int, Obj | None]]:
+    """Each container's restart count and how it ended (None: it had not started), in the status of a
+    pod that an earlier run of this node ran; the node was restarted or killed, and its processes are
+    gone (``containers.stop_leftovers``). As a kubelet after a reboot: a container that was running
+    ended ``Unknown`` with exit code 255, one that had ended keeps how it ended; the restart policy
+    then restarts them (each restart counted) or ends the pod."""
+    carried: dict[str, tuple[int, Obj | None]] = {}
+    for seen in status.get("containerStatuses") or []:
+        was = seen.get("state") or {}
+        ended = was.get("terminated")
+        if "running" in was:
+            ended = {
+                "exitCode": UNKNOWN_EXIT_CODE,
+                "reason": "Unknown",
+                "message": "the process node restarted while the container ran",
+                "startedAt": was["running"].get("startedAt"),
+                "finishedAt": _now(),
+            }
+        carried[seen["name"]] = (int(seen.get("restartCount") or 0), ended)
+    return carried
 
 
 def _gpus_requested(pod: Obj) -> int:

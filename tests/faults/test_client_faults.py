@@ -1,0 +1,114 @@
+"""The clients' writes under faults: a submission, a cancellation, a suspension whose answer is lost.
+
+The Airflow operator, the KFP launcher and the CLI submit through ``lineage.prepare`` and cancel
+through ``AsyncJobClient.delete``. Each test puts the fault proxy between that client and the API
+server and loses the answer to a write the API server carried out, the way a dropped connection or
+a gateway timeout does: the client retries, and must then neither fail a step whose job exists nor
+submit a second job beside it. No controller runs: what is checked is what the client wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.client import AsyncJobClient, lineage
+from kubetrain.client.lineage import Action
+from kubetrain.components.launch import LaunchRequest
+from kubetrain.devcluster import faultproxy
+from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from tests.support import eventually
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+LOST_ANSWERS = [
+    pytest.param(None, id="connection-dropped"),
+    pytest.param(504, id="gateway-timeout"),
+]
+
+
+@pytest.fixture
+async def proxied_client(proxied_kubeconfig: Path) -> AsyncIterator[AsyncJobClient]:
+    async with await AsyncJobClient.connect(kubeconfig=str(proxied_kubeconfig)) as api:
+        yield api
+
+
+@pytest.fixture
+async def direct_client(kubeconfig: Path) -> AsyncIterator[AsyncJobClient]:
+    async with await AsyncJobClient.connect(kubeconfig=str(kubeconfig)) as api:
+        yield api
+
+
+def lose_answers(fault_proxy: FaultProxy, status: int | None, *, method: str, path: str) -> Rule:
+    """Lose the answer to the first ``method`` request on ``path``, after the API server acted on it."""
+    return fault_proxy.add(Rule(faultproxy.lose_response(status), method=method, path=path, times=1))
+
+
+def step(namespace: str, **inputs: Any) -> lineage.Request:
+    """A KFP launcher step's lineage request, as the launcher builds it."""
+    inputs = {"run_id": "run-1", "task_name": "train", **inputs}
+    request = LaunchRequest(kind="PyTorchJob", image="example.com/train:1", num_workers=0, **inputs)
+    request.check()
+    return request.lineage_request(namespace)
+
+
+async def names(client: AsyncJobClient, namespace: str) -> list[str]:
+    return sorted(j["metadata"]["name"] for j in await client.list(kind="PyTorchJob", namespace=namespace))
+
+
+@pytest.mark.parametrize("status", LOST_ANSWERS)
+async def test_a_submission_whose_answer_was_lost_reattaches_to_the_job_it_created(
+    fault_proxy: FaultProxy,
+    proxied_client: AsyncJobClient,
+    direct_client: AsyncJobClient,
+    namespace: str,
+    status: int | None,
+) -> None:
+    lost = lose_answers(fault_proxy, status, method="POST", path=r"/pytorchjobs$")
+    prepared = await proxied_client.prepare_attempt(step(namespace, job_name="lost"), log=lambda line: None)
+    assert lost.fired == 1, "the submission's answer was never lost: the test proves nothing"
+    # The retried create met the job the first one made: the step waits for that job, it neither
+    # fails nor submits another.
+    assert prepared.decision.action is Action.REATTACH, prepared.decision.reason
+    assert await names(direct_client, namespace) == [prepared.job["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("status", LOST_ANSWERS)
+async def test_a_cancellation_whose_answer_was_lost_still_deletes_the_job(
+    fault_proxy: FaultProxy,
+    proxied_client: AsyncJobClient,
+    direct_client: AsyncJobClient,
+    namespace: str,
+    status: int | None,
+) -> None:
+    job = (await direct_client.prepare_attempt(step(namespace, job_name="cancel"), log=lambda line: None)).job
+    name = job["metadata"]["name"]
+    lost = lose_answers(fault_proxy, status, method="DELETE", path=rf"/pytorchjobs/{name}$")
+    await proxied_client.delete("PyTorchJob", name, namespace)
+    assert lost.fired == 1
+
+    async def gone() -> bool:
+        return await direct_client.get("PyTorchJob", name, namespace) is None
+
+    await eventually(gone, what=f"PyTorchJob {name} to be deleted")
+
+
+@pytest.mark.parametrize("status", LOST_ANSWERS)
+async def test_a_suspension_whose_answer_was_lost_suspends_the_job(
+    fault_proxy: FaultProxy,
+    proxied_client: AsyncJobClient,
+    direct_client: AsyncJobClient,
+    namespace: str,
+    status: int | None,
+) -> None:
+    job = (await direct_client.prepare_attempt(step(namespace, job_name="pause"), log=lambda line: None)).job
+    name = job["metadata"]["name"]
+    lost = lose_answers(fault_proxy, status, method="PATCH", path=rf"/pytorchjobs/{name}$")
+    suspended = await proxied_client.set_suspended("PyTorchJob", name, namespace, True)
+    assert lost.fired == 1
+    assert suspended["spec"]["runPolicy"]["suspend"] is True
+    stored = await direct_client.require("PyTorchJob", name, namespace)
+    assert stored["spec"]["runPolicy"]["suspend"] is True
