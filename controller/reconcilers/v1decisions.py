@@ -261,6 +261,7 @@ def _created(d: Decision) -> None:
 
 def _finished(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
     d.phase = Phase.FINISHED
+    _count_active_as_succeeded(d.status)  # a job that succeeded before this controller version did so
     # Rank 0's final report can land after the job finished (another replica failed first).
     d.report = observe(d.info, d.pods).report or rank0_report(d.info, departed)
     _cleanup(d, setup, finished=True)
@@ -393,6 +394,18 @@ def _finish(d: Decision, *, succeeded: bool, reason: str, message: str) -> None:
     d.status.setdefault("completionTime", d.stamp)
     d.finish = Finish(succeeded, reason, message)
     d.requeue_after = _ttl_left(d)
+    _count_active_as_succeeded(d.status)
+
+
+def _count_active_as_succeeded(status: Obj) -> None:
+    """A succeeded job's replicas all count as succeeded, those still running too (upstream does the
+    same on every pass over a finished job): a finished job reports no active replica."""
+    if not cond.is_true(status, cond.SUCCEEDED):
+        return
+    for entry in (status.get("replicaStatuses") or {}).values():
+        active = int(entry.pop("active", 0) or 0)
+        if active:
+            entry["succeeded"] = int(entry.get("succeeded") or 0) + active
 
 
 def _cleanup(d: Decision, setup: Setup, *, finished: bool) -> None:

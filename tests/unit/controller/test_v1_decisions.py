@@ -142,6 +142,22 @@ def test_the_master_succeeding_completes_the_job_and_running_turns_false() -> No
     assert d.cleanup_pods == [], "cleanPodPolicy None keeps the workers"
 
 
+def test_a_succeeded_job_counts_its_still_running_replicas_as_succeeded_as_upstream() -> None:
+    cluster = running(pytorchjob("fold", workers=2))
+    cluster.set("fold-worker-0", "Succeeded", code=0)
+    cluster.set("fold-master-0", "Succeeded", code=0)
+    cluster.step()
+    counts = {
+        rtype: {k: v for k, v in entry.items() if k != "selector"}
+        for rtype, entry in cluster.job["status"]["replicaStatuses"].items()
+    }
+    assert counts == {"Master": {"succeeded": 1}, "Worker": {"succeeded": 2}}
+    # A job that succeeded with its counts as observed (an earlier controller version) gets them too.
+    cluster.job["status"]["replicaStatuses"]["Worker"] = {"active": 1, "succeeded": 1}
+    assert cluster.step().phase is v1.Phase.FINISHED
+    assert cluster.job["status"]["replicaStatuses"]["Worker"] == {"succeeded": 2}
+
+
 def test_a_never_policy_worker_failing_fails_the_job_naming_the_pod_and_code() -> None:
     cluster = running(pytorchjob("broken", workers=2, restart_policy="Never"))
     cluster.set("broken-worker-1", "Failed", code=3)
