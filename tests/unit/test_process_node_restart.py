@@ -87,3 +87,7 @@ def test_a_running_container_ended_unknown_and_keeps_its_restart_count() -> None
     )
     assert carried["sidecar"] == (0, {"exitCode": 0, "reason": "Completed"})
     assert carried["late"] == (1, None)
+
+
+def test_a_node_that_never_ran_a_pod_has_nothing_to_stop(tmp_path: Path) -> None:
+    assert containers.stop_leftovers(tmp_path / "pods") == []

@@ -118,11 +118,11 @@ def stop_leftovers(pods_dir: Path) -> list[int]:
     """SIGKILL every process of a pod whose files are in ``pods_dir`` (``<pods_dir>/<uid>``), and wait
     for them to go; returns their pids. Called before the node runs anything, so each one was left by
     a previous run of the node, and would otherwise train beside its pod's new processes."""
+    uids = {path.name for path in pods_dir.iterdir() if path.is_dir()} if pods_dir.is_dir() else set()
     left: list[psutil.Process] = []
-    for process in psutil.process_iter():
+    for process in psutil.process_iter() if uids else ():
         with contextlib.suppress(psutil.Error):
-            uid = process.environ().get(ENV_POD_UID)
-            if uid and (pods_dir / uid).is_dir():
+            if process.environ().get(ENV_POD_UID) in uids:
                 process.kill()
                 left.append(process)
     psutil.wait_procs(left, timeout=10)
