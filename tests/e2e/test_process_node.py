@@ -422,22 +422,27 @@ def _processes_of(uid: str) -> list[psutil.Process]:
 
 
 async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
-    dev_cluster: DevCluster, core: client.CoreV1Api, namespace: str
+    dev_cluster: DevCluster, core: client.CoreV1Api, namespace: str, kubectl: Kubectl
 ) -> None:
     # Quiet training: the containers would outlive the killed node (a chatty one dies of a broken pipe).
     script = "import time; print('started', flush=True); time.sleep(600)"
-    await core.create_namespaced_pod(namespace, pod("again", script, restart="OnFailure"))
+    init = {"initContainers": [{"name": "prepare", "image": "sh", "command": ["sh", "-c", "echo prepared"]}]}
+    await core.create_namespaced_pod(namespace, pod("again", script, restart="OnFailure", extra=init))
     await core.create_namespaced_pod(namespace, pod("once", script, restart="Never"))
+    await core.create_namespaced_pod(namespace, pod("gone", script))
     before: dict[str, list[psutil.Process]] = {}
-    for name in ("again", "once"):
+    for name in ("again", "once", "gone"):
         uid = (await wait_phase(core, namespace, name, "Running")).metadata.uid
         before[name] = await eventually(
             lambda uid=uid: asyncio.to_thread(_processes_of, uid), what=f"the process of {name}"
         )
+    prepared = (await core.read_namespaced_pod("again", namespace)).status.init_container_statuses[0]
     state = dev_cluster.load_state()
     assert state is not None
     process.kill(state.pids["process-node"])  # as a crash or the OOM killer would
     assert all(_alive(p) for ps in before.values() for p in ps), "the containers died with the node"
+    gone = (await core.read_namespaced_pod("gone", namespace)).metadata.uid
+    await core.delete_namespaced_pod("gone", namespace)  # while the node is down: it stays, deleting
     await asyncio.to_thread(dev_cluster.restart, "process-node")
 
     assert not any(_alive(p) for ps in before.values() for p in ps), "a container outlived its node"
@@ -448,6 +453,12 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
 
     again = await eventually(restarted, what="the OnFailure container to be restarted once")
     assert (again.last_state.terminated.exit_code, again.last_state.terminated.reason) == (255, "Unknown")
+    # Its init container had succeeded: it is not run again (the API server would refuse its status
+    # going from terminated back to running), and every run's log is still there.
+    init_status = (await core.read_namespaced_pod("again", namespace)).status.init_container_statuses[0]
+    assert init_status.state.terminated.started_at == prepared.state.terminated.started_at
+    assert kubectl("logs", "again", "-n", namespace, "-c", "prepare").stdout == "prepared\n"
+    assert kubectl("logs", "again", "-n", namespace, "--previous").stdout == "started\n"
     uid = (await core.read_namespaced_pod("again", namespace)).metadata.uid
     assert len(await eventually(lambda: asyncio.to_thread(_processes_of, uid))) == 1
     once = await wait_phase(core, namespace, "once", "Failed")
@@ -458,3 +469,9 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
         0,
     )
     assert not await asyncio.to_thread(_processes_of, once.metadata.uid)
+
+    async def removed() -> bool:
+        names = [p.metadata.name for p in (await core.list_namespaced_pod(namespace)).items]
+        return "gone" not in names and not (dev_cluster.state_dir / "process-node" / "pods" / gone).exists()
+
+    await eventually(removed, what="the pod deleted while the node was down to be removed, with its files")

@@ -47,6 +47,11 @@ def lose_answers(fault_proxy: FaultProxy, status: int | None, *, method: str, pa
     return fault_proxy.add(Rule(faultproxy.lose_response(status), method=method, path=path, times=1))
 
 
+def sent(fault_proxy: FaultProxy, method: str, path: str) -> list[str | None]:
+    """The faults of each ``method`` request on ``path`` the client sent (None: answered as is)."""
+    return [exchange.fault for exchange in fault_proxy.writes(method=method, path=path)]
+
+
 def step(namespace: str, **inputs: Any) -> lineage.Request:
     """A KFP launcher step's lineage request, as the launcher builds it."""
     inputs = {"run_id": "run-1", "task_name": "train", **inputs}
@@ -70,6 +75,7 @@ async def test_a_submission_whose_answer_was_lost_reattaches_to_the_job_it_creat
     lost = lose_answers(fault_proxy, status, method="POST", path=r"/pytorchjobs$")
     prepared = await proxied_client.prepare_attempt(step(namespace, job_name="lost"), log=lambda line: None)
     assert lost.fired == 1, "the submission's answer was never lost: the test proves nothing"
+    assert len(sent(fault_proxy, "POST", r"/pytorchjobs$")) == 2, "the create was not sent again"
     # The retried create met the job the first one made: the step waits for that job, it neither
     # fails nor submits another.
     assert prepared.decision.action is Action.REATTACH, prepared.decision.reason
@@ -89,6 +95,7 @@ async def test_a_cancellation_whose_answer_was_lost_still_deletes_the_job(
     lost = lose_answers(fault_proxy, status, method="DELETE", path=rf"/pytorchjobs/{name}$")
     await proxied_client.delete("PyTorchJob", name, namespace)
     assert lost.fired == 1
+    assert sent(fault_proxy, "DELETE", rf"/pytorchjobs/{name}$")[1:] == [None], "the delete was not retried"
 
     async def gone() -> bool:
         return await direct_client.get("PyTorchJob", name, namespace) is None
@@ -109,6 +116,7 @@ async def test_a_suspension_whose_answer_was_lost_suspends_the_job(
     lost = lose_answers(fault_proxy, status, method="PATCH", path=rf"/pytorchjobs/{name}$")
     suspended = await proxied_client.set_suspended("PyTorchJob", name, namespace, True)
     assert lost.fired == 1
+    assert sent(fault_proxy, "PATCH", rf"/pytorchjobs/{name}$")[1:] == [None], "the patch was not retried"
     assert suspended["spec"]["runPolicy"]["suspend"] is True
     stored = await direct_client.require("PyTorchJob", name, namespace)
     assert stored["spec"]["runPolicy"]["suspend"] is True

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from kubetrain.devcluster.processnode import containers
-from kubetrain.devcluster.processnode.pods import UNKNOWN_EXIT_CODE, carried_over
+from kubetrain.devcluster.processnode.pods import ContainerState, carried_over
 
 
 @pytest.fixture
@@ -61,32 +61,36 @@ def test_the_processes_of_this_nodes_pods_are_stopped_children_included(
 
 
 def test_a_running_container_ended_unknown_and_keeps_its_restart_count() -> None:
-    status = {
-        "phase": "Running",
-        "containerStatuses": [
-            {
-                "name": "trainer",
-                "restartCount": 2,
-                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
-            },
-            {
-                "name": "sidecar",
-                "restartCount": 0,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
-            },
-            {"name": "late", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
-        ],
-    }
-    carried = carried_over(status)
-    restarts, ended = carried["trainer"]
+    statuses = [
+        {"name": "trainer", "restartCount": 2, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+        {
+            "name": "sidecar",
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        },
+        {"name": "late", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
+    ]
+    states = [ContainerState(name, "python") for name in ("trainer", "sidecar", "late", "new")]
+    trainer, sidecar, late, new = carried_over(states, {s["name"]: s for s in statuses})
+    restarts, ended = trainer
     assert restarts == 2 and ended is not None
     assert (ended["exitCode"], ended["reason"], ended["startedAt"]) == (
-        UNKNOWN_EXIT_CODE,
+        containers.UNKNOWN_EXIT_CODE,
         "Unknown",
         "2026-01-01T00:00:00Z",
     )
-    assert carried["sidecar"] == (0, {"exitCode": 0, "reason": "Completed"})
-    assert carried["late"] == (1, None)
+    assert sidecar == (0, {"exitCode": 0, "reason": "Completed"})
+    assert late == (1, None)
+    assert new == (0, None)
+
+
+def test_the_runs_of_an_earlier_node_are_found_by_their_logs_oldest_first(tmp_path: Path) -> None:
+    for restarts in (0, 1, 10):
+        (tmp_path / f"{restarts}.log").write_text(f"run {restarts}\n")
+    runs = containers.earlier_runs(tmp_path)
+    assert [run.log_path.name for run in runs] == ["0.log", "1.log", "10.log"]
+    assert all(run.exit_code is not None for run in runs), "following such a log would never end"
+    assert containers.earlier_runs(tmp_path / "never-ran") == []
 
 
 def test_a_node_that_never_ran_a_pod_has_nothing_to_stop(tmp_path: Path) -> None:

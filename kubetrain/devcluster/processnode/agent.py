@@ -187,12 +187,23 @@ class Agent:
             worker.close()
 
     async def _remove_unknown(self, pod: Obj) -> None:
-        """A pod bound here that is being deleted but never ran here: just remove it."""
+        """A pod bound here that is being deleted, and that no worker runs (it never ran here, or an
+        earlier run of the node ran it): remove it, and whatever files it has here."""
         meta = pod["metadata"]
+        await asyncio.to_thread(shutil.rmtree, self.settings.state_dir / "pods" / meta["uid"], True)
         with contextlib.suppress(errors.APIError):
             await self.kube.delete(
                 PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
             )
+
+    def _forget_pods_gone(self) -> None:
+        """Remove the files of pods deleted while the node was down (``containers.stop_leftovers`` has
+        stopped their processes); those of finished pods stay, with their logs."""
+        bound = {pod["metadata"]["uid"] for pod in self.pods.objects()}
+        pods_dir = self.settings.state_dir / "pods"
+        for path in pods_dir.iterdir() if pods_dir.is_dir() else ():
+            if path.name not in bound and path.name not in self.workers:
+                shutil.rmtree(path, ignore_errors=True)
 
     # -- the node --------------------------------------------------------------------------------
     def node(self) -> Obj:
@@ -320,6 +331,7 @@ class Agent:
         tasks = [asyncio.create_task(self.heartbeat())]
         self.pods.start()
         await self.pods.wait_synced()
+        await asyncio.to_thread(self._forget_pods_gone)
         if ready is not None:
             ready.set()
         log.info(

@@ -21,12 +21,14 @@ import contextlib
 import datetime as dt
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 ENV_POD_UID = "KUBETRAIN_POD_UID"  # every container process, and its children, carry their pod's uid
+UNKNOWN_EXIT_CODE = 255  # a run whose end the node did not see, as a kubelet reports one after a reboot
 
 
 def _now() -> str:
@@ -114,19 +116,54 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def stop_leftovers(pods_dir: Path) -> list[int]:
-    """SIGKILL every process of a pod whose files are in ``pods_dir`` (``<pods_dir>/<uid>``), and wait
+def stop_leftovers(pods_dir: Path, *, timeout: float = 10.0) -> list[int]:
+    """SIGKILL every process of a pod whose files are in ``pods_dir`` (``<pods_dir>/<uid>``) and wait
     for them to go; returns their pids. Called before the node runs anything, so each one was left by
-    a previous run of the node, and would otherwise train beside its pod's new processes."""
+    an earlier run of the node, and would otherwise train beside its pod's new processes. A leftover
+    may fork while the processes are read, so they are read again until none is found."""
     uids = {path.name for path in pods_dir.iterdir() if path.is_dir()} if pods_dir.is_dir() else set()
-    left: list[psutil.Process] = []
-    for process in psutil.process_iter() if uids else ():
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get(ENV_POD_UID) in uids:
+    stopped: list[int] = []
+    for _ in range(5):
+        found = [p for p in psutil.process_iter() if uids and _env_of(p).get(ENV_POD_UID) in uids]
+        if not found:
+            break
+        for process in found:
+            with contextlib.suppress(psutil.Error):
                 process.kill()
-                left.append(process)
-    psutil.wait_procs(left, timeout=10)
-    return [process.pid for process in left]
+        stopped += [process.pid for process in found if process.pid not in stopped]
+        _wait_gone(found, timeout)
+    return stopped
+
+
+def _env_of(process: psutil.Process) -> dict[str, str]:
+    try:
+        return dict(process.environ())
+    except psutil.Error:  # gone, a zombie, or not ours to read
+        return {}
+
+
+def _wait_gone(processes: list[psutil.Process], timeout: float) -> None:
+    """Wait until each process has exited (a zombie has: its parent, gone too, no longer reaps it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_running(process) for process in processes):
+            return
+        time.sleep(0.05)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def earlier_runs(logs: Path) -> list[Run]:
+    """The runs of a container that an earlier run of the node started, known by their log files
+    (``<restart count>.log``, oldest first), so that ``kubectl logs`` (``--previous`` too) still
+    finds them."""
+    files = sorted((int(p.stem), p) for p in logs.glob("*.log") if p.stem.isdigit()) if logs.is_dir() else []
+    return [Run(argv=[], env={}, cwd=logs, log_path=path, exit_code=UNKNOWN_EXIT_CODE) for _, path in files]
 
 
 def read_log(path: Path, *, timestamps: bool = False, tail: int | None = None) -> list[str]:

@@ -36,7 +36,6 @@ MAX_TERMINATION_MESSAGE = 4096
 FALLBACK_LOG_LINES = 80
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 PEER_WAIT = 600.0  # how long a container waits for its peers' names to resolve
-UNKNOWN_EXIT_CODE = 255  # a container whose process the node lost, as a kubelet reports it after a reboot
 
 
 def _now() -> str:
@@ -89,6 +88,7 @@ class PodWorker:
         self.start_time = _now()
         self.conditions: dict[str, Obj] = {}
         self.deleting = asyncio.Event()
+        self.carried = False  # taken over from an earlier run of the node: its init containers are done
         self.grace = 30.0  # the grace period of the deletion, once there is one
         self.gpus: list[str] = []
         self.mounts: dict[str, list[tuple[str, str]]] = {}
@@ -103,16 +103,25 @@ class PodWorker:
         self._carry_over(pod.get("status") or {})
 
     def _carry_over(self, status: Obj) -> None:
-        """Take over a pod that an earlier run of this node ran (see ``carried_over``)."""
+        """Take over a pod that an earlier run of this node ran (see ``carried_over``): its init
+        containers had all succeeded, and its containers' earlier runs keep their logs."""
         if status.get("phase") != "Running":
             return
+        self.carried = True
         self.phase = "Running"
         self.start_time = status.get("startTime") or self.start_time
-        before = carried_over(status)
-        for state in self.mains:
-            state.restarts, state.ended_before = before.get(state.name, (0, None))
-            if state.ended_before is not None:
-                state.state = {"terminated": state.ended_before}
+        self._set_condition("Initialized", True)
+        for states, statuses in (
+            (self.inits, status.get("initContainerStatuses")),
+            (self.mains, status.get("containerStatuses")),
+        ):
+            before = {seen["name"]: seen for seen in statuses or []}
+            for state, (restarts, ended) in zip(states, carried_over(states, before), strict=True):
+                state.restarts, state.ended_before = restarts, ended
+                state.last_state = (before.get(state.name) or {}).get("lastState") or {}
+                state.runs = containers.earlier_runs(self.dir / "containers" / state.name / "logs")
+                if ended is not None:
+                    state.state = {"terminated": ended}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -147,7 +156,7 @@ class PodWorker:
         self._mount_table(host_dirs)
         self.gpus = self.agent.gpus.allocate(self.uid, _gpus_requested(self.pod))
         for spec, state in zip(self.pod["spec"].get("initContainers") or [], self.inits, strict=True):
-            if not await self._run_init(spec, state):
+            if not self.carried and not await self._run_init(spec, state):
                 return
         self._set_condition("Initialized", True)
         self.phase = "Running" if not self.deleting.is_set() else self.phase
@@ -168,7 +177,8 @@ class PodWorker:
                 # after binding, the node authorizer may not yet know the pod's
                 # claims and secrets (403), and claims may still be unbound.
                 for state in self.mains:
-                    state.state = {"waiting": {"reason": "ContainerCreating", "message": str(exc)}}
+                    if state.ended_before is None:  # how a carried-over container ended stays on record
+                        state.state = {"waiting": {"reason": "ContainerCreating", "message": str(exc)}}
                 self._changed()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.deleting.wait(), 2)
@@ -204,7 +214,9 @@ class PodWorker:
         while not self.deleting.is_set():
             if state.ended_before is not None:  # it ended in the node's earlier run: go on from there
                 state.state, state.ended_before = {"terminated": state.ended_before}, None
-                code: int | None = int(state.state["terminated"].get("exitCode", UNKNOWN_EXIT_CODE))
+                code: int | None = int(
+                    state.state["terminated"].get("exitCode", containers.UNKNOWN_EXIT_CODE)
+                )
             else:
                 code = await self._run_once(spec, state)
             if code is None or self.deleting.is_set():
@@ -501,25 +513,26 @@ class PodWorker:
                 await asyncio.sleep(1)
 
 
-def carried_over(status: Obj) -> dict[str, tuple[int, Obj | None]]:
-    """Each container's restart count and how it ended (None: it had not started), in the status of a
-    pod that an earlier run of this node ran; the node was restarted or killed, and its processes are
-    gone (``containers.stop_leftovers``). As a kubelet after a reboot: a container that was running
-    ended ``Unknown`` with exit code 255, one that had ended keeps how it ended; the restart policy
-    then restarts them (each restart counted) or ends the pod."""
-    carried: dict[str, tuple[int, Obj | None]] = {}
-    for seen in status.get("containerStatuses") or []:
+def carried_over(states: list[ContainerState], before: dict[str, Obj]) -> list[tuple[int, Obj | None]]:
+    """Each container's restart count and how it ended (None: it had not started), from ``before``, its
+    status by name in a pod that an earlier run of this node ran; the node was restarted or killed, and
+    its processes are gone (``containers.stop_leftovers``). As a kubelet after a reboot: a container
+    that was running ended ``Unknown`` with exit code 255, one that had ended keeps how it ended; the
+    restart policy then restarts them (each restart counted) or ends the pod."""
+    carried: list[tuple[int, Obj | None]] = []
+    for state in states:
+        seen = before.get(state.name) or {}
         was = seen.get("state") or {}
         ended = was.get("terminated")
         if "running" in was:
             ended = {
-                "exitCode": UNKNOWN_EXIT_CODE,
+                "exitCode": containers.UNKNOWN_EXIT_CODE,
                 "reason": "Unknown",
                 "message": "the process node restarted while the container ran",
                 "startedAt": was["running"].get("startedAt"),
                 "finishedAt": _now(),
             }
-        carried[seen["name"]] = (int(seen.get("restartCount") or 0), ended)
+        carried.append((int(seen.get("restartCount") or 0), ended))
     return carried
 
 
