@@ -430,6 +430,8 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
     await core.create_namespaced_pod(namespace, pod("again", script, restart="OnFailure", extra=init))
     await core.create_namespaced_pod(namespace, pod("once", script, restart="Never"))
     await core.create_namespaced_pod(namespace, pod("gone", script))
+    await core.create_namespaced_pod(namespace, pod("finished", "print('done')"))
+    await wait_phase(core, namespace, "finished", "Succeeded")
     before: dict[str, list[psutil.Process]] = {}
     for name in ("again", "once", "gone"):
         uid = (await wait_phase(core, namespace, name, "Running")).metadata.uid
@@ -459,6 +461,7 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
     assert init_status.state.terminated.started_at == prepared.state.terminated.started_at
     assert kubectl("logs", "again", "-n", namespace, "-c", "prepare").stdout == "prepared\n"
     assert kubectl("logs", "again", "-n", namespace, "--previous").stdout == "started\n"
+    assert kubectl("logs", "finished", "-n", namespace).stdout == "done\n", "a finished pod's log was lost"
     uid = (await core.read_namespaced_pod("again", namespace)).metadata.uid
     assert len(await eventually(lambda: asyncio.to_thread(_processes_of, uid))) == 1
     once = await wait_phase(core, namespace, "once", "Failed")

@@ -124,6 +124,11 @@ class Agent:
         self._runtime_bin = str(Path(sys.executable).parent)
         self.netshim: Path | None = None  # the port isolation library, once built
 
+    @property
+    def pods_dir(self) -> Path:
+        """Each pod's files are in ``<pods_dir>/<uid>``."""
+        return self.settings.state_dir / "pods"
+
     # -- what pods get ---------------------------------------------------------------------------
     def base_env(self, worker: PodWorker) -> dict[str, str]:
         """The env every container starts from (its own env overrides it)."""
@@ -190,7 +195,7 @@ class Agent:
         """A pod bound here that is being deleted, and that no worker runs (it never ran here, or an
         earlier run of the node ran it): remove it, and whatever files it has here."""
         meta = pod["metadata"]
-        await asyncio.to_thread(shutil.rmtree, self.settings.state_dir / "pods" / meta["uid"], True)
+        await asyncio.to_thread(shutil.rmtree, self.pods_dir / meta["uid"], True)
         with contextlib.suppress(errors.APIError):
             await self.kube.delete(
                 PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
@@ -200,8 +205,7 @@ class Agent:
         """Remove the files of pods deleted while the node was down (``containers.stop_leftovers`` has
         stopped their processes); those of finished pods stay, with their logs."""
         bound = {pod["metadata"]["uid"] for pod in self.pods.objects()}
-        pods_dir = self.settings.state_dir / "pods"
-        for path in pods_dir.iterdir() if pods_dir.is_dir() else ():
+        for path in self.pods_dir.iterdir() if self.pods_dir.is_dir() else ():
             if path.name not in bound and path.name not in self.workers:
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -320,7 +324,7 @@ class Agent:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, ready: asyncio.Event | None = None) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        left = await asyncio.to_thread(containers.stop_leftovers, self.settings.state_dir / "pods")
+        left = await asyncio.to_thread(containers.stop_leftovers, self.pods_dir)
         if left:
             log.warning("stopped %d processes an earlier run of this node left running: %s", len(left), left)
         self.netshim = await asyncio.to_thread(isolation.build, self.settings.state_dir)

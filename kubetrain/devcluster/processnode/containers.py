@@ -158,6 +158,16 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
+def container_dir(pod_dir: Path, container: str) -> Path:
+    """Where a container's files are: its termination log, and its ``log_dir``."""
+    return pod_dir / "containers" / container
+
+
+def log_dir(pod_dir: Path, container: str) -> Path:
+    """Where a container's runs log: ``<restart count>.log`` each."""
+    return container_dir(pod_dir, container) / "logs"
+
+
 def earlier_runs(logs: Path) -> list[Run]:
     """The runs of a container that an earlier run of the node started, known by their log files
     (``<restart count>.log``, oldest first), so that ``kubectl logs`` (``--previous`` too) still

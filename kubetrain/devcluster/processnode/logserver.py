@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kubetrain.devcluster.processnode.containers import Run, format_line, read_log
+from kubetrain.devcluster.processnode.containers import Run, earlier_runs, format_line, log_dir, read_log
 
 if TYPE_CHECKING:
     from kubetrain.devcluster.processnode.agent import Agent
@@ -60,16 +60,32 @@ def _select_run(request: web.Request, query: LogQuery) -> Run:
     agent: Agent = request.app["agent"]
     namespace, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
     worker = next((w for w in agent.workers.values() if w.namespace == namespace and w.name == name), None)
-    if worker is None:
-        raise web.HTTPNotFound(text=f"pod {namespace}/{name} is not running on this node")
-    state = worker.container(container)
-    if state is None:
-        raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
-    runs = state.runs[:-1] if query.previous else state.runs
+    if worker is not None:
+        state = worker.container(container)
+        if state is None:
+            raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
+        runs = state.runs
+    else:
+        runs = _finished_runs(agent, namespace, name, container)
+    runs = runs[:-1] if query.previous else runs
     if not runs:
         what = "previous terminated" if query.previous else "started"
         raise web.HTTPBadRequest(text=f"container {container!r} in pod {name!r} has no {what} instance")
     return runs[-1]
+
+
+def _finished_runs(agent: Agent, namespace: str, name: str, container: str) -> list[Run]:
+    """The runs of a container of a pod bound here that no worker holds: one that had finished when
+    the node last started (its logs stay on disk, as a kubelet keeps an exited container's)."""
+    pod = agent.pods.get(f"{namespace}/{name}")
+    if pod is None:
+        raise web.HTTPNotFound(text=f"pod {namespace}/{name} is not on this node")
+    spec = pod.get("spec") or {}
+    if container not in [
+        c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    ]:
+        raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
+    return earlier_runs(log_dir(agent.pods_dir / pod["metadata"]["uid"], container))
 
 
 async def container_logs(request: web.Request) -> web.StreamResponse:

@@ -76,7 +76,7 @@ class PodWorker:
         self.pod = pod
         meta = pod["metadata"]
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
-        self.dir = agent.settings.state_dir / "pods" / self.uid
+        self.dir = agent.pods_dir / self.uid
         self.address = agent.addresses.acquire(self.uid)
         spec = pod["spec"]
         self.restart_policy = spec.get("restartPolicy") or "Always"
@@ -119,7 +119,7 @@ class PodWorker:
             for state, (restarts, ended) in zip(states, carried_over(states, before), strict=True):
                 state.restarts, state.ended_before = restarts, ended
                 state.last_state = (before.get(state.name) or {}).get("lastState") or {}
-                state.runs = containers.earlier_runs(self.dir / "containers" / state.name / "logs")
+                state.runs = containers.earlier_runs(containers.log_dir(self.dir, state.name))
                 if ended is not None:
                     state.state = {"terminated": ended}
 
@@ -351,9 +351,9 @@ class PodWorker:
     ) -> containers.Run:
         mounts = self.mounts.get(spec["name"], [])
         workdir = Path(network.map_paths(spec.get("workingDir") or "", mounts) or self.agent.settings.workdir)
-        container_dir = self.dir / "containers" / spec["name"]
-        container_dir.mkdir(parents=True, exist_ok=True)
-        termination_log = container_dir / "termination-log"
+        files = containers.container_dir(self.dir, spec["name"])
+        files.mkdir(parents=True, exist_ok=True)
+        termination_log = files / "termination-log"
         termination_log.write_text("")
         process_env = self.agent.base_env(self)
         process_env.update(
@@ -378,7 +378,7 @@ class PodWorker:
         argv = [
             network.map_paths(a, mounts) if i == 0 else self._rewrite(a, mounts) for i, a in enumerate(argv)
         ]
-        log_path = container_dir / "logs" / f"{state.restarts}.log"
+        log_path = containers.log_dir(self.dir, spec["name"]) / f"{state.restarts}.log"
         return containers.Run(argv=argv, env=process_env, cwd=workdir, log_path=log_path)
 
     def _rewrite(self, text: str, mounts: list[tuple[str, str]]) -> str:
@@ -386,7 +386,7 @@ class PodWorker:
         return network.map_paths(rewritten, mounts)
 
     def _termination_message(self, spec: Obj, state: ContainerState, run: containers.Run, code: int) -> str:
-        path = self.dir / "containers" / spec["name"] / "termination-log"
+        path = containers.container_dir(self.dir, spec["name"]) / "termination-log"
         try:
             message = path.read_text(errors="replace")[:MAX_TERMINATION_MESSAGE]
         except OSError:
