@@ -9,7 +9,7 @@ submit a second job beside it. No controller runs: what is checked is what the c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,41 +82,47 @@ async def test_a_submission_whose_answer_was_lost_reattaches_to_the_job_it_creat
     assert await names(direct_client, namespace) == [prepared.job["metadata"]["name"]]
 
 
+async def cancel(client: AsyncJobClient, name: str, namespace: str) -> None:
+    await client.delete("PyTorchJob", name, namespace)
+
+
+async def suspend(client: AsyncJobClient, name: str, namespace: str) -> None:
+    await client.set_suspended("PyTorchJob", name, namespace, True)
+
+
+async def cancelled(client: AsyncJobClient, name: str, namespace: str) -> bool:
+    return await client.get("PyTorchJob", name, namespace) is None
+
+
+async def suspended(client: AsyncJobClient, name: str, namespace: str) -> bool:
+    return (await client.require("PyTorchJob", name, namespace))["spec"]["runPolicy"]["suspend"] is True
+
+
+Write = Callable[[AsyncJobClient, str, str], Awaitable[Any]]
+
+
 @pytest.mark.parametrize("status", LOST_ANSWERS)
-async def test_a_cancellation_whose_answer_was_lost_still_deletes_the_job(
+@pytest.mark.parametrize(
+    ("method", "write", "done"),
+    [
+        pytest.param("DELETE", cancel, cancelled, id="cancellation"),
+        pytest.param("PATCH", suspend, suspended, id="suspension"),
+    ],
+)
+async def test_a_write_whose_answer_was_lost_is_sent_again_and_takes_effect(
     fault_proxy: FaultProxy,
     proxied_client: AsyncJobClient,
     direct_client: AsyncJobClient,
     namespace: str,
     status: int | None,
+    method: str,
+    write: Write,
+    done: Write,
 ) -> None:
-    job = (await direct_client.prepare_attempt(step(namespace, job_name="cancel"), log=lambda line: None)).job
-    name = job["metadata"]["name"]
-    lost = lose_answers(fault_proxy, status, method="DELETE", path=rf"/pytorchjobs/{name}$")
-    await proxied_client.delete("PyTorchJob", name, namespace)
+    job = (await direct_client.prepare_attempt(step(namespace, job_name="lost"), log=lambda line: None)).job
+    name, path = job["metadata"]["name"], rf"/pytorchjobs/{job['metadata']['name']}$"
+    lost = lose_answers(fault_proxy, status, method=method, path=path)
+    await write(proxied_client, name, namespace)  # raises if the lost answer reached the caller
     assert lost.fired == 1
-    assert sent(fault_proxy, "DELETE", rf"/pytorchjobs/{name}$")[1:] == [None], "the delete was not retried"
-
-    async def gone() -> bool:
-        return await direct_client.get("PyTorchJob", name, namespace) is None
-
-    await eventually(gone, what=f"PyTorchJob {name} to be deleted")
-
-
-@pytest.mark.parametrize("status", LOST_ANSWERS)
-async def test_a_suspension_whose_answer_was_lost_suspends_the_job(
-    fault_proxy: FaultProxy,
-    proxied_client: AsyncJobClient,
-    direct_client: AsyncJobClient,
-    namespace: str,
-    status: int | None,
-) -> None:
-    job = (await direct_client.prepare_attempt(step(namespace, job_name="pause"), log=lambda line: None)).job
-    name = job["metadata"]["name"]
-    lost = lose_answers(fault_proxy, status, method="PATCH", path=rf"/pytorchjobs/{name}$")
-    suspended = await proxied_client.set_suspended("PyTorchJob", name, namespace, True)
-    assert lost.fired == 1
-    assert sent(fault_proxy, "PATCH", rf"/pytorchjobs/{name}$")[1:] == [None], "the patch was not retried"
-    assert suspended["spec"]["runPolicy"]["suspend"] is True
-    stored = await direct_client.require("PyTorchJob", name, namespace)
-    assert stored["spec"]["runPolicy"]["suspend"] is True
+    assert sent(fault_proxy, method, path)[1:] == [None], f"the {method} was not sent again"
+    await eventually(lambda: done(direct_client, name, namespace), what=f"the {method} to take effect")
