@@ -18,6 +18,7 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,7 @@ from kubetrain import naming
 from kubetrain.devcluster import build, kueue, nodes, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
+from kubetrain.devcluster.processnode import containers
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import NODES
@@ -185,6 +187,11 @@ class DevCluster:
     def kubeconfig(self) -> Path:
         """The admin kubeconfig people and tests use."""
         return self.state_dir / "kubeconfig"
+
+    @property
+    def process_node_dir(self) -> Path:
+        """The process node's state: its pods' files in ``pods/<uid>``."""
+        return self.state_dir / "process-node"
 
     def log_path(self, component: str) -> Path:
         return self.layout.log(component)
@@ -435,7 +442,7 @@ class DevCluster:
                 "-m",
                 "kubetrain.devcluster.processnode",
                 f"--name={PROCESS_NODE}",
-                f"--state-dir={self.state_dir / 'process-node'}",
+                f"--state-dir={self.process_node_dir}",
                 f"--kubeconfig={self._component_kubeconfig('process-node')}",
                 f"--port={ports['process-node']}",
                 f"--cert={cert}",
@@ -529,7 +536,7 @@ class DevCluster:
                 f"({options.gpu_nodes} with {options.gpus_per_node} GPUs each, {options.cpu_nodes} CPU-only)"
             )
         except BaseException:
-            process.tear_down(self.state_dir, state.pids)
+            self._tear_down(state.pids)
             raise
         state.startup_seconds["total"] = round(time.monotonic() - started, 2)
         self._save_state(state)
@@ -567,7 +574,14 @@ class DevCluster:
 
         AirflowDeployment(self.state_dir / "airflow").down()
         state = self.load_state()
-        return process.tear_down(self.state_dir, state.pids if state else {})
+        return self._tear_down(state.pids if state else {})
+
+    def _tear_down(self, pids: Mapping[str, int]) -> bool:
+        """Stop the components, then any container of the process node that outlived it (a node that
+        did not stop within its grace period was SIGKILLed, and cannot stop them), and remove the
+        state dir."""
+        pods = self.process_node_dir / "pods"
+        return process.tear_down(self.state_dir, pids, then=lambda: containers.stop_leftovers(pods))
 
     def status(self) -> list[ComponentStatus]:
         """Pid, port and health of each component."""

@@ -26,7 +26,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -197,11 +197,19 @@ def stop(pid: int, *, grace: float = 10.0) -> None:
     kill(pid)
 
 
-def tear_down(root: Path, pids: Mapping[str, int], *, grace: float = 10.0) -> bool:
-    """Stop the processes recorded in ``pids`` (the last started first), then remove ``root``; returns
-    whether ``root`` was there."""
+def tear_down(
+    root: Path,
+    pids: Mapping[str, int],
+    *,
+    grace: float = 10.0,
+    then: Callable[[], object] | None = None,
+) -> bool:
+    """Stop the processes recorded in ``pids`` (the last started first), call ``then`` (for what they
+    may have left running), and remove ``root``; returns whether ``root`` was there."""
     for name in reversed(list(pids)):
         stop(pids[name], grace=grace)
+    if then is not None:
+        then()
     existed = root.exists()
     shutil.rmtree(root, ignore_errors=True)
     return existed

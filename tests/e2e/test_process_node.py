@@ -475,6 +475,6 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
 
     async def removed() -> bool:
         names = [p.metadata.name for p in (await core.list_namespaced_pod(namespace)).items]
-        return "gone" not in names and not (dev_cluster.state_dir / "process-node" / "pods" / gone).exists()
+        return "gone" not in names and not (dev_cluster.process_node_dir / "pods" / gone).exists()
 
     await eventually(removed, what="the pod deleted while the node was down to be removed, with its files")

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.processnode import containers
 from kubetrain.devcluster.processnode.pods import ContainerState, carried_over
 
@@ -95,3 +96,14 @@ def test_the_runs_of_an_earlier_node_are_found_by_their_logs_oldest_first(tmp_pa
 
 def test_a_node_that_never_ran_a_pod_has_nothing_to_stop(tmp_path: Path) -> None:
     assert containers.stop_leftovers(tmp_path / "pods") == []
+
+
+def test_dev_down_stops_the_containers_a_killed_process_node_left(
+    tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    cluster = DevCluster(tmp_path / "state")
+    (cluster.process_node_dir / "pods" / "pod-a").mkdir(parents=True)
+    left = container(spawn, "pod-a")
+    assert cluster.down()
+    spawn[0].wait(timeout=5)
+    assert not alive(left) and not (tmp_path / "state").exists()
