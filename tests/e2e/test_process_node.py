@@ -478,3 +478,11 @@ async def test_a_node_killed_and_started_again_never_runs_a_container_twice(
         return "gone" not in names and not (dev_cluster.process_node_dir / "pods" / gone).exists()
 
     await eventually(removed, what="the pod deleted while the node was down to be removed, with its files")
+    finished = (await core.read_namespaced_pod("finished", namespace)).metadata.uid
+    assert (dev_cluster.process_node_dir / "pods" / finished).exists()
+    await core.delete_namespaced_pod("finished", namespace)
+
+    async def finished_forgotten() -> bool:
+        return not (dev_cluster.process_node_dir / "pods" / finished).exists()
+
+    await eventually(finished_forgotten, what="a finished pod's files to go with it")

@@ -157,6 +157,10 @@ class Agent:
         if new is None:
             if worker is not None:
                 asyncio.get_running_loop().create_task(self._force_stop(uid))
+            else:  # it had finished before the node last started: only its files are left
+                asyncio.get_running_loop().create_task(
+                    asyncio.to_thread(shutil.rmtree, self.pods_dir / uid, True)
+                )
             return
         if worker is None:
             if new["metadata"].get("deletionTimestamp"):
