@@ -7,7 +7,8 @@ than a kubelet's ten, because this node exists for development). The pod's
 status (phase, conditions, container states with ``lastState``, exit codes,
 restart counts, IPs, start times, termination messages) is written back after
 every change. Deleting the pod stops its processes within the grace period,
-then removes the pod object.
+then removes the pod object. A pod that an earlier run of the node ran is taken
+over as a kubelet takes its pods over after a reboot (``carried_over``).
 """
 
 from __future__ import annotations
