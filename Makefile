@@ -124,9 +124,10 @@ fmt: venv ## Format and fix what ruff can
 # The Airflow provider is type-checked in the Airflow 3 environment, where Airflow is installed;
 # everything else in .venv. Each run keeps a cache of its own.
 .PHONY: lint
-lint: venv $(AIRFLOW3_VENV)/.installed ## ruff and mypy --strict
+lint: venv $(AIRFLOW3_VENV)/.installed ## ruff, the import layers and mypy --strict
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/pytest -q -p no:cacheprovider --no-header --durations=0 --durations-min=60 tests/unit/test_layers.py
 	@rm -rf build/typecheck && mkdir -p build/typecheck/kubetrain
 	@for f in kubetrain/*; do ln -s ../../../$$f build/typecheck/kubetrain/; done
 	@for d in controller operators components; do ln -s ../../../$$d build/typecheck/kubetrain/$$d; done
