@@ -158,9 +158,7 @@ class Agent:
             if worker is not None:
                 asyncio.get_running_loop().create_task(self._force_stop(uid))
             else:  # it had finished before the node last started: only its files are left
-                asyncio.get_running_loop().create_task(
-                    asyncio.to_thread(shutil.rmtree, self.pods_dir / uid, True)
-                )
+                asyncio.get_running_loop().create_task(self._remove_files(uid))
             return
         if worker is None:
             if new["metadata"].get("deletionTimestamp"):
@@ -199,11 +197,14 @@ class Agent:
         """A pod bound here that is being deleted, and that no worker runs (it never ran here, or an
         earlier run of the node ran it): remove it, and whatever files it has here."""
         meta = pod["metadata"]
-        await asyncio.to_thread(shutil.rmtree, self.pods_dir / meta["uid"], True)
+        await self._remove_files(meta["uid"])
         with contextlib.suppress(errors.APIError):
             await self.kube.delete(
                 PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
             )
+
+    async def _remove_files(self, uid: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, self.pods_dir / uid, True)
 
     def _forget_pods_gone(self) -> None:
         """Remove the files of pods deleted while the node was down (``containers.stop_leftovers`` has

@@ -123,8 +123,10 @@ def stop_leftovers(pods_dir: Path, *, timeout: float = 10.0) -> list[int]:
     may fork while the processes are read, so they are read again until none is found."""
     uids = {path.name for path in pods_dir.iterdir() if path.is_dir()} if pods_dir.is_dir() else set()
     stopped: list[int] = []
+    if not uids:
+        return stopped
     for _ in range(5):
-        found = [p for p in psutil.process_iter() if uids and _env_of(p).get(ENV_POD_UID) in uids]
+        found = [p for p in psutil.process_iter() if _env_of(p).get(ENV_POD_UID) in uids]
         if not found:
             break
         for process in found:

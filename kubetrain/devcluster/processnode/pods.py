@@ -214,10 +214,8 @@ class PodWorker:
     async def _supervise(self, spec: Obj, state: ContainerState) -> None:
         while not self.deleting.is_set():
             if state.ended_before is not None:  # it ended in the node's earlier run: go on from there
-                state.state, state.ended_before = {"terminated": state.ended_before}, None
-                code: int | None = int(
-                    state.state["terminated"].get("exitCode", containers.UNKNOWN_EXIT_CODE)
-                )
+                code: int | None = int(state.ended_before.get("exitCode", containers.UNKNOWN_EXIT_CODE))
+                state.ended_before = None
             else:
                 code = await self._run_once(spec, state)
             if code is None or self.deleting.is_set():
