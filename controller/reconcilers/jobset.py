@@ -479,3 +479,13 @@ def jobs_status(info: TrainJobInfo, obs: Observation, *, suspended: bool = False
             }
         )
     return result
+
+
+def settle_jobs_status(jobs_status: list[Obj], *, complete: bool) -> None:
+    """A finished TrainJob has no active or ready child Job: those still running when it finished count
+    as succeeded when it completed and as failed when it failed (their pods are stopped, as the Job
+    controller counts the pods it stops when a Job fails)."""
+    into = "succeeded" if complete else "failed"
+    for entry in jobs_status:
+        entry[into] = int(entry.get(into) or 0) + int(entry.get("active") or 0)
+        entry["active"] = entry["ready"] = 0

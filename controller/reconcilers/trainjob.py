@@ -451,6 +451,7 @@ class TrainJobReconciler(JobReconciler):
             message=message,
             now=ctx.stamp,
         )
+        jobset.settle_jobs_status(ctx.status.get("jobsStatus") or [], complete=complete)
         await self.write_status(ctx)
         counter = metrics.jobs_successful if complete else metrics.jobs_failed
         counter.labels(ctx.namespace, _framework(info)).inc()
@@ -471,6 +472,10 @@ class TrainJobReconciler(JobReconciler):
             )  # rank 0's report can land after another pod failed the job
             jobset_ttl = await self._jobset_ttl(ctx, info)
         await self._cleanup(ctx)
+        # A TrainJob that finished before this controller version settled its counts gets them settled.
+        jobset.settle_jobs_status(
+            ctx.status.get("jobsStatus") or [], complete=cond.is_true(ctx.status, COMPLETE)
+        )
         await self.write_status(ctx)
         ttl = self._ttl_result(ctx)
         if ttl.requeue_after == 0:

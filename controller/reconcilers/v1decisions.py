@@ -261,7 +261,7 @@ def _created(d: Decision) -> None:
 
 def _finished(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
     d.phase = Phase.FINISHED
-    _count_active_as_succeeded(d.status)  # a job that succeeded before this controller version did so
+    _settle_replica_counts(d.status)  # a job that finished before this controller version did so
     # Rank 0's final report can land after the job finished (another replica failed first).
     d.report = observe(d.info, d.pods).report or rank0_report(d.info, departed)
     _cleanup(d, setup, finished=True)
@@ -394,18 +394,25 @@ def _finish(d: Decision, *, succeeded: bool, reason: str, message: str) -> None:
     d.status.setdefault("completionTime", d.stamp)
     d.finish = Finish(succeeded, reason, message)
     d.requeue_after = _ttl_left(d)
-    _count_active_as_succeeded(d.status)
+    _settle_replica_counts(d.status)
 
 
-def _count_active_as_succeeded(status: Obj) -> None:
-    """A succeeded job's replicas all count as succeeded, those still running too (upstream does the
-    same on every pass over a finished job): a finished job reports no active replica."""
-    if not cond.is_true(status, cond.SUCCEEDED):
+def _settle_replica_counts(status: Obj) -> None:
+    """A finished job reports no active replica: the replicas still running when it finished count as
+    succeeded when it succeeded (upstream does the same on every pass over a succeeded job) and as failed
+    when it failed, since a failed job's running pods are always stopped (``cleanup_targets``), as the
+    Kubernetes Job controller counts the pods it stops when a Job fails. Upstream leaves a failed job's
+    ``active`` as it was; docs/job-lifecycle.md says why kubetrain does not."""
+    if cond.is_true(status, cond.SUCCEEDED):
+        into = "succeeded"
+    elif cond.is_true(status, cond.FAILED):
+        into = "failed"
+    else:
         return
     for entry in (status.get("replicaStatuses") or {}).values():
         active = int(entry.pop("active", 0) or 0)
         if active:
-            entry["succeeded"] = int(entry.get("succeeded") or 0) + active
+            entry[into] = int(entry.get(into) or 0) + active
 
 
 def _cleanup(d: Decision, setup: Setup, *, finished: bool) -> None:

@@ -323,3 +323,14 @@ def test_startup_policy_in_order_starts_each_replicated_job_once_the_one_before_
     assert model is not None and model.depends_on == [{"name": "dataset-initializer", "status": "Ready"}]
     obs = jobset.observe(info, [], 0)
     assert not jobset.depends_on_met(info, model, obs)
+
+
+@pytest.mark.parametrize(("complete", "into"), [(False, "failed"), (True, "succeeded")])
+def test_a_finished_trainjob_has_no_active_child_job(complete: bool, into: str) -> None:
+    status = [{"name": "node", "ready": 1, "succeeded": 0, "failed": 1, "active": 2, "suspended": 0}]
+    jobset.settle_jobs_status(status, complete=complete)
+    expected = {"name": "node", "ready": 0, "succeeded": 0, "failed": 1, "active": 0, "suspended": 0}
+    expected[into] += 2
+    assert status == [expected]
+    jobset.settle_jobs_status(status, complete=complete)
+    assert status == [expected], "settling twice changes nothing"

@@ -142,20 +142,59 @@ def test_the_master_succeeding_completes_the_job_and_running_turns_false() -> No
     assert d.cleanup_pods == [], "cleanPodPolicy None keeps the workers"
 
 
+def _counts(cluster: Cluster) -> dict[str, Obj]:
+    return {
+        rtype: {k: v for k, v in entry.items() if k != "selector"}
+        for rtype, entry in cluster.job["status"]["replicaStatuses"].items()
+    }
+
+
 def test_a_succeeded_job_counts_its_still_running_replicas_as_succeeded_as_upstream() -> None:
     cluster = running(pytorchjob("fold", workers=2))
     cluster.set("fold-worker-0", "Succeeded", code=0)
     cluster.set("fold-master-0", "Succeeded", code=0)
     cluster.step()
-    counts = {
-        rtype: {k: v for k, v in entry.items() if k != "selector"}
-        for rtype, entry in cluster.job["status"]["replicaStatuses"].items()
-    }
-    assert counts == {"Master": {"succeeded": 1}, "Worker": {"succeeded": 2}}
+    assert _counts(cluster) == {"Master": {"succeeded": 1}, "Worker": {"succeeded": 2}}
     # A job that succeeded with its counts as observed (an earlier controller version) gets them too.
     cluster.job["status"]["replicaStatuses"]["Worker"] = {"active": 1, "succeeded": 1}
     assert cluster.step().phase is v1.Phase.FINISHED
     assert cluster.job["status"]["replicaStatuses"]["Worker"] == {"succeeded": 2}
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("replica", "PyTorchJobFailed"),
+        ("backoff", "BackoffLimitExceeded"),
+        ("deadline", "DeadlineExceeded"),
+    ],
+)
+def test_a_failed_job_reports_no_active_replica_its_stopped_pods_count_as_failed(
+    how: str, reason: str
+) -> None:
+    run_policy = {"backoffLimit": 0} if how == "backoff" else {}
+    if how == "deadline":
+        run_policy = {"activeDeadlineSeconds": 60}
+    policy = "Never" if how == "replica" else "OnFailure"
+    cluster = running(pytorchjob("stop", workers=2, restart_policy=policy, run_policy=run_policy))
+    if how == "deadline":
+        d = cluster.step(60)
+    else:
+        cluster.set("stop-worker-1", "Failed", code=3)
+        d = cluster.step()
+    assert cluster.condition("Failed")["reason"] == reason
+    assert sorted(p["metadata"]["name"] for p in d.cleanup_pods) == (
+        ["stop-master-0", "stop-worker-0", "stop-worker-1"]
+        if how == "deadline"
+        else ["stop-master-0", "stop-worker-0"]
+    ), "every running pod is stopped"
+    assert _counts(cluster) == {"Master": {"failed": 1}, "Worker": {"failed": 2}}, (
+        "the stopped pods count as failed, nothing is active"
+    )
+    # A job that failed with its counts as observed (an earlier controller version) gets them too.
+    cluster.job["status"]["replicaStatuses"]["Master"] = {"active": 1}
+    assert cluster.step().phase is v1.Phase.FINISHED
+    assert _counts(cluster)["Master"] == {"failed": 1}
 
 
 def test_a_never_policy_worker_failing_fails_the_job_naming_the_pod_and_code() -> None:
