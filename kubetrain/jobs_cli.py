@@ -37,20 +37,23 @@ from kubernetes_asyncio.client import ApiException
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from kubetrain import naming
 from kubetrain.client import JobClient, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
 from kubetrain.plot import Curve, render
+from kubetrain.tabular import Grid, show
 
 Obj = dict[str, Any]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
-OUTPUTS = ("table", "json", "yaml")
+OUTPUTS = ("table", "wide", "name", "json", "yaml")
 
-console = Console()
-errors = Console(stderr=True)
+# soft_wrap: a line longer than the console is printed whole (a pipe is 80 columns to rich), never
+# broken or cut; a terminal wraps it as it does kubectl's.
+console = Console(soft_wrap=True)
+errors = Console(stderr=True, soft_wrap=True)
 
 Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
@@ -59,7 +62,12 @@ Kubeconfig = Annotated[
     str | None, typer.Option(help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")
 ]
 Context = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
-Output = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml.")]
+Output = Annotated[
+    str,
+    typer.Option(
+        "--output", "-o", help="table, wide (more columns), name (KIND.GROUP/NAME, as kubectl), json or yaml."
+    ),
+]
 JobRef = Annotated[str, typer.Argument(help="NAME or KIND/NAME, e.g. mnist or pytorchjob/mnist.")]
 Timeout = Annotated[float | None, typer.Option(help="Seconds to wait at most (default: no limit).")]
 
@@ -171,13 +179,25 @@ def check_output(output: str) -> None:
         fail(f"--output must be one of {', '.join(OUTPUTS)} (got {output!r})", EXIT_USAGE)
 
 
-def emit(data: Any, output: str, table: Callable[[], Table]) -> None:
+def emit(data: Any, jobs: list[Obj], output: str, *, namespaces: bool = False) -> None:
+    """Print ``data`` (json, yaml) or ``jobs`` (a table, names) as ``--output`` says; a table names the
+    namespace of each job with ``namespaces``."""
     if output == "json":
         console.print_json(json.dumps(data, default=str))
     elif output == "yaml":
         console.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False, markup=False)
+    elif output == "name":
+        for job in jobs:
+            print(resource_name(job))
     else:
-        console.print(table())
+        show(console, jobs_table(jobs, namespaces=namespaces, wide=output == "wide"))
+
+
+def resource_name(job: Obj) -> str:
+    """``pytorchjob.kubeflow.org/mnist``: the job as ``kubectl get -o name`` names it (and as ``kubectl``
+    and this command accept it back)."""
+    kind = kinds.kind_of(job["kind"])
+    return f"{kind.kind.lower()}.{kind.group}/{job['metadata']['name']}"
 
 
 def age(job: Obj) -> str:
@@ -207,47 +227,50 @@ def progress_bar(percent: int | None, width: int = 10) -> str:
     if percent is None:
         return "-"
     filled = round(width * max(0, min(100, int(percent))) / 100)
-    return f"\\[{'#' * filled}{'-' * (width - filled)}] {int(percent):3d}%"
+    return f"[{'#' * filled}{'-' * (width - filled)}] {int(percent):3d}%"
 
 
-def jobs_table(jobs: list[Obj], *, namespaces: bool, with_report: bool = False) -> Table:
-    """The jobs, a row each; with ``with_report``, also what the training last reported (step, metrics)."""
-    table = Table(box=None, header_style="bold")
-    for column in (["NAMESPACE"] if namespaces else []) + [
-        "KIND",
-        "NAME",
-        "STATE",
-        "REPLICAS",
-        "PROGRESS",
-        "ETA",
-        "LAST CHECKPOINT",
-        "AGE",
-        *(["REPORTED"] if with_report else []),
-    ]:
-        table.add_column(column)
+def jobs_table(jobs: list[Obj], *, namespaces: bool, wide: bool = False) -> Grid:
+    """The jobs, a row each; ``wide`` adds the restarts and what the training last reported (step,
+    metrics)."""
+    grid = Grid(
+        (
+            *(["NAMESPACE"] if namespaces else []),
+            "KIND",
+            "NAME",
+            "STATE",
+            "REPLICAS",
+            "PROGRESS",
+            "ETA",
+            "LAST CHECKPOINT",
+            "AGE",
+            *(["RESTARTS", "REPORTED"] if wide else []),
+        )
+    )
     for job in jobs:
         state = kinds.state(job)
-        counts = kinds.replica_counts(job)
+        status = job.get("status") or {}
         replicas = " ".join(
             f"{r}:{c.get('active', 0)}/{c.get('succeeded', 0)}/{c.get('failed', 0)}"
-            for r, c in counts.items()
+            for r, c in kinds.replica_counts(job).items()
         )
         checkpoint = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT, "")
         reported = kinds.trainer_status(job)
         eta = reported.get("estimatedRemainingSeconds")
-        row = [
+        restarts = status.get("restartCount") or status.get("restarts") or 0
+        grid.add_row(
+            *([job["metadata"]["namespace"]] if namespaces else []),
             job["kind"],
             job["metadata"]["name"],
-            f"[{STATE_STYLE.get(state, 'white')}]{state}[/]",
+            Text(state, style=STATE_STYLE.get(state, "")),
             replicas or "-",
             progress_bar(reported.get("progressPercentage")),
             "-" if eta is None else kinds.duration(eta),
             checkpoint or "-",
             age(job),
-            *([escape(kinds.progress_line(job) or "-")] if with_report else []),
-        ]
-        table.add_row(*([job["metadata"]["namespace"]] if namespaces else []), *row)
-    return table
+            *([str(restarts), kinds.progress_line(job) or "-"] if wide else []),
+        )
+    return grid
 
 
 def wait_with_progress(client: JobClient, job: Obj, timeout: float | None) -> Obj:
@@ -329,7 +352,7 @@ def submit(
             )
             errors.print(f"{other['kind'].lower()}/{other['metadata'].get('name')} {outcome}")
         created = [client.create(d, namespace=_namespace_of(d, namespace, ns), dry_run=dry_run) for d in jobs]
-        emit(created, output, lambda: jobs_table(created, namespaces=False))
+        emit(created, created, output)
         if wait and not dry_run:
             finals = [wait_with_progress(client, job, timeout) for job in created]
             failed = [j for j in finals if kinds.state(j) != "Succeeded"]
@@ -352,7 +375,7 @@ def list_jobs(
             client.list(kind=kind, namespace=ns),
             key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
         )
-        emit(jobs, output, lambda: jobs_table(jobs, namespaces=all_namespaces))
+        emit(jobs, jobs, output, namespaces=all_namespaces)
 
 
 def top(
@@ -368,30 +391,31 @@ def top(
     ns = None if all_namespaces else default_namespace(kubeconfig, context, namespace)
     with connect(kubeconfig, context) as client:
 
-        def frame() -> Table:
+        def frame() -> Grid:
             jobs = sorted(
                 (j for j in client.list(namespace=ns) if not kinds.is_finished(j)),
                 key=lambda j: (j["metadata"]["namespace"], j["kind"], j["metadata"]["name"]),
             )
             states = Counter(kinds.state(j) for j in jobs)
-            table = jobs_table(jobs, namespaces=all_namespaces, with_report=True)
+            grid = jobs_table(jobs, namespaces=all_namespaces, wide=True)
             summary = (
                 ", ".join(f"{count} {state.lower()}" for state, count in sorted(states.items())) or "none"
             )
-            table.title = f"{ns or 'all namespaces'}: {summary} (at {dt.datetime.now():%H:%M:%S})"
-            table.title_justify = "left"
-            return table
+            grid.title = f"{ns or 'all namespaces'}: {summary} (at {dt.datetime.now():%H:%M:%S})"
+            return grid
 
         if once or not console.is_terminal:
-            console.print(frame())
+            show(console, frame())
             return
+        # A live view is redrawn in place, so it keeps to the terminal: a cell too long for it is folded
+        # onto a second line, never cut.
         with (
-            Live(frame(), console=console, auto_refresh=False) as live,
+            Live(frame().rich(), console=console, auto_refresh=False) as live,
             contextlib.suppress(KeyboardInterrupt),
         ):
             while True:
                 time.sleep(interval)
-                live.update(frame(), refresh=True)
+                live.update(frame().rich(), refresh=True)
 
 
 def get(
@@ -404,7 +428,7 @@ def get(
     """Show one job."""
     check_output(output)
     with connect_to_job(job, namespace, kubeconfig, context) as (_, _, found):
-        emit(found, output, lambda: jobs_table([found], namespaces=False))
+        emit(found, [found], output)
 
 
 @on_one_job
@@ -587,30 +611,16 @@ def _describe(client: JobClient, job: Obj) -> None:
     console.print(
         f"[bold]{job['kind']} {meta['namespace']}/{meta['name']}[/]  {kinds.state(job)}  (age {age(job)})"
     )
-    conditions = Table(
-        "TYPE",
-        "STATUS",
-        "REASON",
-        "MESSAGE",
-        "SINCE",
-        box=None,
-        header_style="bold",
-        title="Conditions",
-        title_justify="left",
-    )
+    conditions = Grid(("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE"), title="Conditions")
     for c in status.get("conditions") or []:
         conditions.add_row(
-            c.get("type", ""),
-            c.get("status", ""),
-            c.get("reason", ""),
-            c.get("message", ""),
-            c.get("lastTransitionTime", ""),
+            *(str(c.get(key, "")) for key in ("type", "status", "reason", "message", "lastTransitionTime"))
         )
-    console.print(conditions)
-    replicas = Table("REPLICAS", "ACTIVE", "SUCCEEDED", "FAILED", box=None, header_style="bold")
+    show(console, conditions)
+    replicas = Grid(("REPLICAS", "ACTIVE", "SUCCEEDED", "FAILED"))
     for rtype, counts in kinds.replica_counts(job).items():
         replicas.add_row(rtype, *(str(counts.get(k, 0)) for k in ("active", "succeeded", "failed")))
-    console.print(replicas)
+    show(console, replicas)
     report = kinds.report(job)
     checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report.get(
         "last_checkpoint"
@@ -627,16 +637,12 @@ def _describe(client: JobClient, job: Obj) -> None:
     _describe_first_failure(job)
     if status.get("disruptions"):
         console.print(f"[bold]Disruptions:[/] {kinds.disruptions_line(status)}")
-    pods = Table(
-        "POD", "PHASE", "RESTARTS", "NODE", box=None, header_style="bold", title="Pods", title_justify="left"
-    )
+    pods = Grid(("POD", "PHASE", "RESTARTS", "NODE"), title="Pods")
     for pod in client.pods(job):
         restarts = sum(s.restart_count or 0 for s in pod.status.container_statuses or [])
         pods.add_row(pod.metadata.name, pod.status.phase or "", str(restarts), pod.spec.node_name or "-")
-    console.print(pods)
-    events = Table(
-        "TYPE", "REASON", "MESSAGE", box=None, header_style="bold", title="Events", title_justify="left"
-    )
+    show(console, pods)
+    events = Grid(("TYPE", "REASON", "MESSAGE"), title="Events")
     for event in client.events(job)[-15:]:
         events.add_row(event.type or "", event.reason or "", event.message or "")
-    console.print(events)
+    show(console, events)

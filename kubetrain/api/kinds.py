@@ -168,9 +168,11 @@ K = TypeVar("K", bound=Kind)
 
 
 def _find(name: str, among: tuple[K, ...], what: str) -> K:
-    lowered = name.lower()
+    """The kind ``name`` names, by any of its names or, as kubectl takes them, ``NAME.GROUP``
+    (``pytorchjob.kubeflow.org``, what ``kubectl get -o name`` prints)."""
+    lowered, _, group = name.lower().partition(".")
     for kind in among:
-        if lowered in kind.names():
+        if lowered in kind.names() and group in ("", kind.group):
             return kind
     raise ValueError(f"unknown {what} {name!r}; choose from {', '.join(k.kind for k in among)}")
 

@@ -21,9 +21,12 @@ pytestmark = pytest.mark.usefixtures("controller_process")
 
 @pytest.fixture
 def cli(kubeconfig: Path, namespace: str, tmp_path: Path) -> Any:
-    """Run ``kubetrain ARGS [FILE]`` in this test's namespace; returns the finished process."""
+    """Run ``kubetrain ARGS [FILE]`` in this test's namespace; returns the finished process. Its output
+    is a pipe, as in a script or a CI log; ``columns`` is the width it is told it has (None: not told)."""
 
-    def run(*args: str, manifest: Any = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, manifest: Any = None, timeout: float = 120, columns: str | None = "200"
+    ) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "kubetrain", *args, "-n", namespace]
         if manifest is not None:
             path = tmp_path / "job.yaml"
@@ -31,7 +34,11 @@ def cli(kubeconfig: Path, namespace: str, tmp_path: Path) -> Any:
             command.append(str(path))
         return subprocess.run(
             command,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "COLUMNS": "200"},
+            env={
+                **{k: v for k, v in os.environ.items() if k != "COLUMNS"},
+                "KUBECONFIG": str(kubeconfig),
+                **({"COLUMNS": columns} if columns else {}),
+            },
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -97,6 +104,31 @@ def test_list_get_and_describe_show_every_kind(cli: Any, kubectl: Kubectl, names
     described = cli("describe", "pt").stdout
     assert "Conditions" in described and "Created" in described and "Events" in described
     assert "pt-master-0" in described
+
+
+def test_through_a_pipe_nothing_is_cut_and_the_columns_read_with_awk(cli: Any, namespace: str) -> None:
+    """Piped (a script, a CI log, an Airflow task log), rich took 80 columns and cut every long cell;
+    the output is now plain columns, as kubectl's, whatever width the process is told."""
+    name = "a-training-job-with-a-name-as-long-as-teams-give-them"
+    manifest = pytorchjob(name, workers=1, master_annotations=HANG, worker_annotations=HANG)
+    assert cli("submit", manifest=manifest).returncode == 0
+    assert _state(cli, name, "Running")
+    for columns in (None, "40"):
+        listed = cli("list", "-A", columns=columns).stdout
+        header, *rows = listed.splitlines()
+        assert header.split() == [
+            "NAMESPACE", "KIND", "NAME", "STATE", "REPLICAS", "PROGRESS", "ETA", "LAST", "CHECKPOINT", "AGE"
+        ], listed  # fmt: skip
+        [row] = [r for r in rows if r.split()[0] == namespace]
+        assert row.split()[:4] == [namespace, "PyTorchJob", name, "Running"], listed
+        assert "…" not in listed and "\x1b" not in listed, "no ellipsis, no colour codes in a pipe"
+        wide = cli("list", "-o", "wide", columns=columns).stdout
+        assert wide.splitlines()[0].split()[-2:] == ["RESTARTS", "REPORTED"], wide
+        described = cli("describe", name, columns=columns).stdout
+        assert f"{name}-worker-0" in described and "…" not in described, described
+    assert cli("list", "-o", "name").stdout.splitlines() == [f"pytorchjob.kubeflow.org/{name}"]
+    got = json.loads(cli("get", f"pytorchjob.kubeflow.org/{name}", "-o", "json").stdout)
+    assert got["metadata"]["name"] == name, "a name kubectl prints is taken back"
 
 
 def test_top_and_describe_show_what_a_running_job_reported(
@@ -191,6 +223,7 @@ def test_the_reference_examples_run_as_written(shell: dict[str, str]) -> None:
         "docs/reference/cli.md",
         "kubetrain submit examples/pytorchjob-digits.yaml --wait",
         "kubetrain list -A -o json | jq",
+        "kubetrain list -A | awk",
         "kubetrain describe ptj/digits",
         "kubetrain logs digits --role Worker --index 1",
         env=shell,
@@ -198,5 +231,6 @@ def test_the_reference_examples_run_as_written(shell: dict[str, str]) -> None:
     )
     assert "training failed" not in done.stdout, done.stdout[-2000:]
     assert "\ndigits\n" in done.stdout, "jq found the PyTorchJob in the JSON list"
+    assert "/digits\n" in done.stdout, "awk found the succeeded job in the plain columns"
     assert "Succeeded" in done.stdout and "/checkpoints/step-00000200" in done.stdout
     assert "[rank 2]" in done.stdout.splitlines()[-1], "the last line is Worker 1's (rank 2) log"

@@ -26,7 +26,13 @@ FOLDERS = {
     "kubetrain.components": "components",
     "kubetrain": "kubetrain",
 }
-LEAVES = ("kubetrain.naming", "kubetrain.quantity", "kubetrain.checkpoint", "kubetrain.progress")
+LEAVES = (
+    "kubetrain.naming",
+    "kubetrain.quantity",
+    "kubetrain.checkpoint",
+    "kubetrain.progress",
+    "kubetrain.tabular",
+)
 APPS = (
     "kubetrain.controller",
     "kubetrain.operators",

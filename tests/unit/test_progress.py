@@ -204,5 +204,5 @@ def test_the_reported_progress_reads_the_same_from_a_trainjob_and_a_v1_job() -> 
     )  # the line the Airflow tasks and kubetrain wait log
     assert kinds.status_line(v1) == "PyTorchJob team/digits: Pending; step 7/10, 70%, ETA 6s, loss 0.25"
     assert (kinds.duration(3725), kinds.duration(185), kinds.duration(9)) == ("1h02m", "3m05s", "9s")
-    assert jobs_cli.progress_bar(70) == "\\[#######---]  70%"
+    assert jobs_cli.progress_bar(70) == "[#######---]  70%"
     assert jobs_cli.progress_bar(None) == "-"
