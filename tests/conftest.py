@@ -32,6 +32,7 @@ from tests.docs_commands import documented, run_documented, run_documented_async
 from tests.support import ControllerHandle, Jobs, start_controller_process, wait_controller_started
 
 REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.teardown_on_signal"]  # SIGTERM tears the fixtures down, as Ctrl-C does
 # What the walkthrough fixture gives: (doc, *command prefixes) -> the finished shell
 Walkthrough = Callable[..., Awaitable[subprocess.CompletedProcess[str]]]
 

@@ -208,6 +208,7 @@ class AirflowDeployment:
                 "another --airflow-dir"
             )
         self.root.mkdir(parents=True, exist_ok=True)
+        cluster.add_deployment(self.root)  # `kubetrain dev down` stops it too
         state = AirflowState(
             major=major,
             python=sys.executable,

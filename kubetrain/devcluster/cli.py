@@ -11,12 +11,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from kubetrain.devcluster import build, paths
 from kubetrain.devcluster.airflow_deploy import REPO, AirflowDeployment, AirflowOptions, AirflowStatus
 from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, ComponentStatus, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
+from kubetrain.tabular import Grid, show
 
 app = typer.Typer(
     help="The local Kubernetes cluster: real control-plane processes, no Docker.", no_args_is_help=True
@@ -101,6 +102,14 @@ def up_command(
             "before dispatching its jobs again (default: Kueue's 15 minutes); with --kueue."
         ),
     ] = None,
+    pod_python: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBETRAIN_POD_PYTHON",
+            help="The Python the process node's pods run with (default: the first of this one, ./.venv "
+            "and the kubetrain checkout's .venv that has torch and kubetrain).",
+        ),
+    ] = None,
     no_build: Annotated[
         bool, typer.Option("--no-build", help="Fail instead of building missing binaries.")
     ] = False,
@@ -124,6 +133,7 @@ def up_command(
                 kueue_pods_ready_timeout=kueue_pods_ready_timeout,
                 kueue_worker_lost_timeout=kueue_worker_lost_timeout,
                 workdir=str((workdir or Path.cwd()).resolve()),
+                pod_python=pod_python,
             ),
             console=console,
         )
@@ -164,11 +174,13 @@ def restart_command(
 def status_command(state_dir: StateDir = None) -> None:
     """Pid, port and health of each component; exits 1 unless all are healthy."""
     cluster = _cluster(state_dir)
+    pod_python = cluster.pod_python()
     _show_health(
         cluster.status,
         first_column="component",
         title=f"dev cluster ({cluster.state_dir})",
         none_running="No dev cluster is running; start one with `kubetrain dev up`.",
+        footer=f"pods on the process node run with {pod_python}" if pod_python else None,
     )
 
 
@@ -178,9 +190,10 @@ def _show_health(
     first_column: str,
     title: str,
     none_running: str,
+    footer: str | None = None,
 ) -> None:
     """A table of the rows ``read`` returns, a column per field (the first, the name, headed
-    ``first_column``); exits 1 when there are none or one is unhealthy."""
+    ``first_column``), then ``footer``; exits 1 when there are none or one is unhealthy."""
     try:
         rows = read()
     except DevClusterError as exc:
@@ -189,17 +202,20 @@ def _show_health(
         console.print(none_running)
         raise typer.Exit(code=1)
     columns = [f.name for f in dataclasses.fields(rows[0])]
-    table = Table(first_column, *columns[1:], title=title)
+    grid = Grid((first_column, *columns[1:]), title=title)
     for row in rows:
-        table.add_row(*(_cell(getattr(row, column)) for column in columns))
-    Console().print(table)
+        grid.add_row(*(_cell(getattr(row, column)) for column in columns))
+    out = Console(soft_wrap=True)
+    show(out, grid)
+    if footer:
+        out.print(footer, highlight=False, markup=False)
     if not all(row.healthy for row in rows):
         raise typer.Exit(code=1)
 
 
-def _cell(value: object) -> str:
+def _cell(value: object) -> str | Text:
     if isinstance(value, bool):
-        return "[green]yes[/]" if value else "[red]no[/]"
+        return Text("yes", style="green") if value else Text("no", style="red")
     return str(value or "-")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sys
 import time
@@ -30,7 +31,7 @@ from kubetrain import naming
 from kubetrain.devcluster import build, kueue, nodes, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
-from kubetrain.devcluster.processnode import containers
+from kubetrain.devcluster.processnode import containers, interpreter
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import NODES
@@ -85,6 +86,8 @@ class ClusterOptions:
     # MultiKueue's workerLostTimeout in seconds (None: Kueue's 15 minutes), with --kueue only.
     kueue_worker_lost_timeout: float | None = None
     workdir: str = field(default_factory=lambda: str(Path.cwd()))
+    # The Python the process node's pods run with (None: chosen by `up`, processnode/interpreter.py).
+    pod_python: str | None = None
 
     def validate(self) -> None:
         for name in ("gpu_nodes", "gpus_per_node", "cpu_nodes", "process_node_gpus"):
@@ -450,6 +453,7 @@ class DevCluster:
                 f"--ca={self.pki.ca_cert}",
                 f"--workdir={options.workdir}",
                 f"--gpus={options.process_node_gpus}",
+                f"--pod-python={options.pod_python or sys.executable}",
                 *(["--default-node"] if options.process_node_default else []),
             ],
             HealthCheck(f"https://127.0.0.1:{ports['process-node']}/healthz", ca_file=self.pki.ca_cert),
@@ -492,6 +496,8 @@ class DevCluster:
                 f"state dir {self.state_dir} is not empty but holds no cluster state; remove it or run "
                 "`kubetrain dev down`"
             )
+        if options.process_node:
+            self._choose_pod_python(options, console)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         wanted = [
             c
@@ -542,6 +548,21 @@ class DevCluster:
         self._save_state(state)
         return state
 
+    @staticmethod
+    def _choose_pod_python(options: ClusterOptions, console: Console) -> None:
+        choice = interpreter.choose(
+            options.pod_python or os.environ.get(interpreter.ENV),
+            interpreter.candidates(Path(options.workdir)),
+        )
+        options.pod_python = choice.python
+        if choice.warning:
+            console.print(f"[yellow]warning:[/] {choice.warning}", highlight=False)
+
+    def pod_python(self) -> str | None:
+        """The Python the process node's pods run with, as the running cluster was started."""
+        state = self.load_state()
+        return None if state is None else state.options.get("pod_python")
+
     def restart(self, name: str, *, down_for: float = 0.0) -> float:
         """Stop one component and start it again on the same port with the same flags, as after a
         crash or an upgrade (the fault suite restarts the API server mid-run); returns the seconds it
@@ -567,12 +588,33 @@ class DevCluster:
         self._save_state(state)
         return process.wait_healthy(component, proc, self.log_path(name))
 
+    @property
+    def _deployments_file(self) -> Path:
+        return self.state_dir / "airflow-deployments"
+
+    def add_deployment(self, root: Path) -> None:
+        """Note an Airflow deployment started beside this cluster, so ``down`` stops it too, wherever
+        its directory is (``--airflow-dir``)."""
+        known = self.deployments()
+        if root.resolve() not in known:
+            with self._deployments_file.open("a") as out:
+                out.write(f"{root.resolve()}\n")
+
+    def deployments(self) -> list[Path]:
+        """The directories of the Airflow deployments started beside this cluster (``airflow/`` in its
+        state dir, and those ``add_deployment`` noted)."""
+        noted = self._deployments_file.read_text().splitlines() if self._deployments_file.exists() else []
+        return list(dict.fromkeys([(self.state_dir / "airflow").resolve(), *(Path(p) for p in noted if p)]))
+
     def down(self) -> bool:
-        """Stop every component (and an Airflow deployment in the state dir) and remove the state dir;
-        returns whether anything was there."""
+        """Stop every component (and the Airflow deployments started beside it) and remove the state
+        dir; returns whether anything was there."""
         from kubetrain.devcluster.airflow_deploy import AirflowDeployment  # it imports this module
 
-        AirflowDeployment(self.state_dir / "airflow").down()
+        for root in self.deployments():
+            deployment = AirflowDeployment(root)
+            if deployment.load_state() is not None:  # a noted directory reused since is not touched
+                deployment.down()
         state = self.load_state()
         return self._tear_down(state.pids if state else {})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
 from kubetrain import naming
@@ -29,6 +30,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--gpus", dest="fake_gpus", type=int, default=0, help="GPUs to advertise when the host has none"
+    )
+    parser.add_argument(
+        "--pod-python",
+        default=sys.executable,
+        help="the Python pods run with: its directory comes first on their PATH (default: this one)",
     )
     parser.add_argument(
         "--default-node",

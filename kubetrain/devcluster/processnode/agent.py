@@ -61,6 +61,8 @@ class Settings:
     fake_gpus: int = 0
     # Untainted, so pods that name no node run here (the simulated nodes carry a taint instead).
     default_node: bool = False
+    # The Python pods run with: its directory comes first on their PATH (interpreter.py says why).
+    pod_python: str = sys.executable
 
 
 def detect_gpus() -> list[str]:
@@ -121,7 +123,7 @@ class Agent:
             address_of=lambda pod: self.addresses.get(pod["metadata"]["uid"]),
         )
         self.pods.add_handler(self._on_pod)
-        self._runtime_bin = str(Path(sys.executable).parent)
+        self._runtime_bin = str(Path(settings.pod_python).parent)
         self.netshim: Path | None = None  # the port isolation library, once built
 
     @property
