@@ -51,6 +51,13 @@ attempt of a lineage that its resubmission named, so it is fenced off by that.
 State may be anything ``torch.save`` accepts (model and optimizer state dicts),
 or plain ``bytes``; without torch installed, any picklable object.
 
+Trust: ``KUBETRAIN_RESUME_FROM`` comes from the job's ``kubetrain.dev/last-checkpoint``
+annotation, which anyone who may patch the job can set, so it is followed only to a
+``step-<N>`` directly inside this directory (symbolic links resolved). Loading reads the
+state with ``torch.load(weights_only=True)`` (tensors, numbers, strings and containers
+only) and falls back to full unpickling, which can run code, only for a state that needs
+it: loading trusts whoever can write the checkpoint directory, never anyone else.
+
     ckpt = CheckpointManager(keep=3)
     start = 0
     if (resumed := ckpt.load_latest()) is not None:
@@ -68,6 +75,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import io
 import json
 import os
 import pickle
@@ -84,7 +92,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "KUBETRAIN_RESUME_FROM"
@@ -385,6 +393,21 @@ def read_fence(directory: str | Path, lineage: str | None = None) -> int | None:
         return None
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (numbers, strings, bytes, lists, tuples, dicts, sets), the
+    counterpart of ``torch.load(weights_only=True)`` for states saved without torch: a pickle
+    that names any class or function is refused, so it cannot run code."""
+
+    PLAIN: ClassVar[frozenset[tuple[str, str]]] = frozenset(
+        ("builtins", name) for name in ("set", "frozenset", "complex", "bytearray", "slice", "range")
+    ) | {("collections", "OrderedDict")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.PLAIN:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
 def _read_meta(path: Path) -> dict[str, Any] | None:
     try:
         meta = json.loads((path / META).read_text())
@@ -648,8 +671,6 @@ class CheckpointManager:
         if isinstance(state, bytes | bytearray | memoryview):
             return "bin", bytes(state)
         try:
-            import io
-
             import torch
         except ImportError:
             return "pkl", pickle.dumps(state)
@@ -693,28 +714,47 @@ class CheckpointManager:
         return max(candidates, key=lambda c: order_key(c, self.lineage)) if candidates else None
 
     def _from_env(self) -> Checkpoint | None:
+        """The checkpoint ``$KUBETRAIN_RESUME_FROM`` names, when it is one of this directory's: the
+        hint is the job's annotation, so a path anywhere else is refused (loading it could run code
+        its author chose)."""
         hint = os.environ.get(ENV_RESUME_FROM, "")
         if not hint:
             return None
         path = Path(hint)
+        if path.resolve().parent != self.directory.resolve():
+            print(
+                f"kubetrain.checkpoint: ignoring ${ENV_RESUME_FROM}={hint}: not a checkpoint in "
+                f"{self.directory}, the only place this job resumes from",
+                file=sys.stderr,
+            )
+            return None
         match = _NAME.match(path.name)
         if not match or not (path / MARKER).exists():
             return None
         meta = _read_meta(path)
         return Checkpoint(path, int(match[1]), meta) if meta is not None else None
 
-    def load(self, checkpoint: Checkpoint, *, map_location: Any = None) -> Any:
-        """The state stored in ``checkpoint``."""
+    def load(self, checkpoint: Checkpoint, *, map_location: Any = None, weights_only: bool = False) -> Any:
+        """The state stored in ``checkpoint``: read as plain data (tensors, numbers, strings,
+        containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that."""
         fmt = checkpoint.meta.get("format", "pt")
         data = (checkpoint.path / f"state.{fmt}").read_bytes()
         if fmt == "bin":
             return data
         if fmt == "pkl":
-            return pickle.loads(data)  # our own file, written by save()
-        import io
-
+            try:
+                return _PlainUnpickler(io.BytesIO(data)).load()
+            except pickle.UnpicklingError:
+                if weights_only:
+                    raise
+                return pickle.loads(data)  # written by save(), in the job's own directory
         import torch
 
+        try:
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            if weights_only:
+                raise
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
 
     def load_latest(self, *, map_location: Any = None) -> tuple[Any, int] | None:

@@ -579,17 +579,86 @@ def test_a_process_killed_mid_save_leaves_a_loadable_latest(tmp_path: Path) -> N
         assert len(state) == 200_000
 
 
-def test_resume_prefers_the_newer_of_the_hint_and_the_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+class _RunsCommand:
+    """What a malicious checkpoint holds: unpickling it runs a command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_hint_outside_the_checkpoint_directory_is_never_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    elsewhere = CheckpointManager(tmp_path / "old", rank=0)
-    hinted = elsewhere.save(b"hint", 50)
-    local = CheckpointManager(tmp_path / "new", rank=0)
+    """``$KUBETRAIN_RESUME_FROM`` is the job's annotation: anyone who may patch the job names it. A
+    complete checkpoint elsewhere whose state runs a command must be neither chosen nor loaded."""
+    import torch
+
+    ran = tmp_path / "ran"
+    evil = CheckpointManager(tmp_path / "elsewhere", rank=0).save(b"x", 99)
+    assert evil is not None
+    (evil.path / "state.bin").unlink()
+    torch.save({"model": _RunsCommand(ran)}, evil.path / "state.pt")
+    meta = json.loads((evil.path / "meta.json").read_text())
+    (evil.path / "meta.json").write_text(json.dumps({**meta, "format": "pt"}))
+    local = CheckpointManager(tmp_path / "job", rank=0)
     local.save(b"local", 10)
-    monkeypatch.setenv("KUBETRAIN_RESUME_FROM", str(hinted.path))  # type: ignore[union-attr]
+    for hint in (evil.path, tmp_path / "job" / ".." / "elsewhere" / evil.path.name):
+        monkeypatch.setenv("KUBETRAIN_RESUME_FROM", str(hint))
+        assert local.load_latest() == (b"local", 10), "a checkpoint outside the job's directory was chosen"
+        assert "ignoring $KUBETRAIN_RESUME_FROM" in capsys.readouterr().err
+    (tmp_path / "job" / "step-00000200").symlink_to(evil.path)
+    monkeypatch.setenv("KUBETRAIN_RESUME_FROM", str(tmp_path / "job" / "step-00000200"))
+    assert local._from_env() is None, "a link out of the directory was followed"
+    assert not ran.exists(), "the hinted checkpoint's code ran"
+
+
+def test_a_hint_inside_the_directory_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hinted = CheckpointManager(tmp_path, rank=0).save(b"hint", 50)
+    assert hinted is not None
+    monkeypatch.setenv("KUBETRAIN_RESUME_FROM", str(hinted.path))
+    local = CheckpointManager(tmp_path, rank=0)
+    assert local._from_env() == hinted
     assert local.load_latest() == (b"hint", 50)
     local.save(b"later", 60)
     assert local.load_latest() == (b"later", 60)
+
+
+def test_a_state_is_read_as_plain_data_and_fully_unpickled_only_when_it_needs_it(tmp_path: Path) -> None:
+    """Loading prefers ``weights_only``: plain data never runs code; a state that needs more is
+    unpickled (it is in the job's own directory, which loading trusts), unless ``weights_only=True``."""
+    import collections
+    import fractions
+    import pickle
+
+    import torch
+
+    ckpt = CheckpointManager(tmp_path, rank=0)
+    plain = ckpt.save({"w": torch.ones(2), "step": 3, "names": ["a"]}, 1)
+    assert plain is not None
+    assert ckpt.load(plain, weights_only=True)["step"] == 3
+    rich = ckpt.save({"third": fractions.Fraction(1, 3)}, 2)
+    assert rich is not None
+    assert ckpt.load(rich)["third"] == fractions.Fraction(1, 3)
+    with pytest.raises(pickle.UnpicklingError):
+        ckpt.load(rich, weights_only=True)
+    for state, step in (({"a": [1, 2.5, "x", b"y", (1,), {3}]}, 3), (collections.Counter("ab"), 4)):
+        saved = ckpt.save(b"", step)
+        assert saved is not None
+        (saved.path / "state.bin").write_bytes(pickle.dumps(state))  # as saved where torch is missing
+        (saved.path / "state.bin").rename(saved.path / "state.pkl")
+        meta = json.loads((saved.path / "meta.json").read_text())
+        (saved.path / "meta.json").write_text(json.dumps({**meta, "format": "pkl"}))
+        saved = ckpt.latest()
+        assert saved is not None and saved.meta["format"] == "pkl"
+        assert ckpt.load(saved) == state
+        if isinstance(state, collections.Counter):
+            with pytest.raises(pickle.UnpicklingError, match="not plain data"):
+                ckpt.load(saved, weights_only=True)
+        else:
+            assert ckpt.load(saved, weights_only=True) == state
 
 
 def test_the_report_goes_to_the_termination_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
