@@ -29,6 +29,7 @@ from rich.table import Table
 
 from kubetrain.client import JobClient, kinds
 from kubetrain.devcluster import build, paths
+from kubetrain.devcluster import controller as dev_controller
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.plot import Curve, parse, render
@@ -60,59 +61,7 @@ def start_cluster() -> DevCluster:
 
 def start_controller(cluster: DevCluster) -> None:
     step(2, "CRDs and the kubetrain controller")
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    kubectl = str(build.binary_path("kubectl"))
-    subprocess.run(
-        [kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "crds")],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [kubectl, "wait", "--for=condition=Established", "-f", str(REPO / "deploy" / "crds")],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    state = cluster.load_state()
-    if state is not None and "controller" in state.pids and _alive(state.pids["controller"]):
-        console.print("  the controller is already running")
-        return
-    log = cluster.log_path("controller")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubetrain",
-                "controller",
-                "run",
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--health-probe-bind-address",
-                "0",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    cluster.adopt("controller", proc.pid)
-    for _ in range(300):
-        if "controller started" in log.read_text():
-            break
-        if proc.poll() is not None:
-            raise DevClusterError(f"the controller exited with {proc.returncode}; see {log}")
-        time.sleep(0.1)
-    console.print(f"  [green]✓[/] controller pid {proc.pid}, log {log}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+    dev_controller.start(cluster, console=console)
 
 
 def kubectl(cluster: DevCluster, *args: str, stdin: str | None = None) -> str:

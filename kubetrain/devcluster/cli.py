@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kubetrain.devcluster import build, paths
+from kubetrain.devcluster import controller as dev_controller
 from kubetrain.devcluster.airflow_deploy import REPO, AirflowDeployment, AirflowOptions, AirflowStatus
 from kubetrain.devcluster.cluster import COMPONENTS, ClusterOptions, ComponentStatus, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
@@ -146,6 +147,16 @@ def up_command(
     typer.echo(str(cluster.kubeconfig))
 
 
+@app.command("controller")
+def controller_command(state_dir: StateDir = None) -> None:
+    """Install kubetrain's CRDs and run its controller for every namespace beside the cluster (once;
+    `kubetrain dev logs controller` shows its log, `kubetrain dev down` stops it)."""
+    try:
+        dev_controller.start(_cluster(state_dir), console=console)
+    except DevClusterError as exc:
+        raise _fail(exc) from None
+
+
 @app.command("down")
 def down_command(state_dir: StateDir = None) -> None:
     """Stop every component and remove the state dir."""
@@ -221,15 +232,18 @@ def _cell(value: object) -> str | Text:
 
 @app.command("logs")
 def logs_command(
-    component: Annotated[str, typer.Argument(help=f"One of: {', '.join(COMPONENTS)}.")],
+    component: Annotated[
+        str, typer.Argument(help=f"One of: {', '.join(COMPONENTS)}, {dev_controller.NAME}.")
+    ],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     tail: Annotated[int, typer.Option(help="Lines from the end to show.")] = 100,
     state_dir: StateDir = None,
 ) -> None:
     """Print a component's log."""
     cluster = _cluster(state_dir)
-    if component not in COMPONENTS:
-        raise _fail(DevClusterError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}"))
+    known = (*COMPONENTS, dev_controller.NAME)
+    if component not in known:
+        raise _fail(DevClusterError(f"unknown component {component!r}; choose from {', '.join(known)}"))
     log = cluster.log_path(component)
     if not log.exists():
         raise _fail(

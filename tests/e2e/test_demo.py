@@ -55,6 +55,13 @@ def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(
     assert kinds.report(retried)["resumed_from_step"] == 40, (
         "the Airflow retry resumed from the step-40 checkpoint"
     )
+    # The first try's job failed and its pods were stopped: nothing says a replica still runs.
+    failed = [j for j in found.values() if kinds.state(j) == "Failed"]
+    assert failed, "the first Airflow try's job failed"
+    for job in failed:
+        assert not any(c.get("active") for c in kinds.replica_counts(job).values()), job["status"]
+    said_active = [line for line in done.stdout.splitlines() if ": Failed" in line and " active " in line]
+    assert not said_active, said_active
     trainjob = next(j for j in found.values() if j["kind"] == "TrainJob")
     assert kinds.state(trainjob) == "Succeeded"
     assert kinds.report(trainjob)["resumed_from_step"] == 60, "the TrainJob continued from the PyTorchJob"
