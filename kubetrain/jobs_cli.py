@@ -250,7 +250,7 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool, wide: bool = False) -> Grid
     for job in jobs:
         state = kinds.state(job)
         status = job.get("status") or {}
-        replicas = " ".join(
+        replicas = ",".join(  # one field, so awk counts columns as the header does
             f"{r}:{c.get('active', 0)}/{c.get('succeeded', 0)}/{c.get('failed', 0)}"
             for r, c in kinds.replica_counts(job).items()
         )

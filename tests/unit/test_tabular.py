@@ -66,6 +66,6 @@ def test_the_jobs_table_names_a_failed_job_and_its_counts_whole() -> None:
     }
     text = jobs_cli.jobs_table([job], namespaces=True, wide=True).plain()
     _, row = text.splitlines()
-    assert row.split()[:5] == ["team", "PyTorchJob", LONG, "Failed", "Master:0/0/1"]
+    assert row.split()[:5] == ["team", "PyTorchJob", LONG, "Failed", "Master:0/0/1,Worker:0/0/2"]
     assert row.split()[-2:] == ["3", "-"], "RESTARTS and REPORTED"
     assert jobs_cli.resource_name(job) == f"pytorchjob.kubeflow.org/{LONG}"
