@@ -51,10 +51,12 @@ def airflow_controller(
 ) -> Iterator[Path]:
     log = tmp_path_factory.mktemp("controller") / "controller.log"
     proc = start_controller_process(kubeconfig, airflow_namespace, log)
-    wait_controller_started(proc, log)
-    yield log
-    proc.terminate()
-    proc.wait(30)
+    try:  # stopped also when the run is interrupted before the controller is up
+        wait_controller_started(proc, log)
+        yield log
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 @pytest.fixture(scope="package")
@@ -90,16 +92,18 @@ def deployment(
         f"--kubeconfig={proxied}",
     ]
     started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, f"{up} failed:\n{done.stdout}\n{done.stderr[-5000:]}"
     deployed = AirflowDeployment(root)
-    api = deployed.api()
-    until(lambda: all(api.dag(d) for d in (*EXAMPLE_DAGS, *TEST_DAGS)), 300, "the DAGs to be parsed")
-    print(f"\nAirflow deployment up and its DAGs parsed in {time.monotonic() - started:.0f}s")
-    yield deployed
     down = documented("docs/airflow.md", "kubetrain dev airflow down")
-    pids = (deployed.load_state() or AirflowState(0, "", {}, {}, {}, "")).pids
-    subprocess.run([*shlex.split(down), f"--airflow-dir={root}"], env=env, timeout=120, check=True)
+    try:  # an interrupted start (SIGTERM, Ctrl-C) stops what it had started too
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"{up} failed:\n{done.stdout}\n{done.stderr[-5000:]}"
+        api = deployed.api()
+        until(lambda: all(api.dag(d) for d in (*EXAMPLE_DAGS, *TEST_DAGS)), 300, "the DAGs to be parsed")
+        print(f"\nAirflow deployment up and its DAGs parsed in {time.monotonic() - started:.0f}s")
+        yield deployed
+    finally:
+        pids = (deployed.load_state() or AirflowState(0, "", {}, {}, {}, "")).pids
+        subprocess.run([*shlex.split(down), f"--airflow-dir={root}"], env=env, timeout=120, check=True)
     left = {name: pid for name, pid in pids.items() if process.pid_alive(pid)}
     assert not left and not root.exists(), f"`{down}` left {left} running"
 
