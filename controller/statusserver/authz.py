@@ -7,8 +7,9 @@ the API server (TokenReview, with that audience) who the token is, then decides 
 * 401 when the token is not valid for this path's audience;
 * 403 when it is valid but not bound to a live pod that this job controls (the pod named in the
   token's ``authentication.kubernetes.io/pod-name`` extra, with the uid in ``pod-uid``, whose
-  controller owner reference is the job): any pod may ask for a token of any audience, so the
-  audience alone proves nothing about the job.
+  controller owner reference is the job, by uid: a pod an earlier job of the same name left does
+  not qualify): any pod may ask for a token of any audience, so the audience alone proves nothing
+  about the job.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ def bound_pod(review: Obj, target: Target) -> tuple[str, str] | Verdict:
     return name, uid
 
 
-def authorise(target: Target, uid: str, pod: Obj | None) -> Verdict:
-    """Whether the pod a token is bound to (``uid``; ``pod`` as read, None if gone) may report for the job."""
+def authorise(target: Target, uid: str, pod: Obj | None, *, job_uid: str) -> Verdict:
+    """Whether the pod a token is bound to (``uid``; ``pod`` as read, None if gone) may report for the
+    job (``job_uid``: the uid of the job of that name now): a pod left by an earlier job of the same
+    name may not."""
     if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
         return Verdict(403, "the token's pod no longer exists")
     meta = pod["metadata"]
@@ -98,8 +101,8 @@ def authorise(target: Target, uid: str, pod: Obj | None) -> Verdict:
     if (
         meta.get("namespace") != target.namespace
         or owner is None
-        or (owner.get("apiVersion"), owner.get("kind"), owner.get("name"))
-        != (kind.api_version, kind.kind, target.name)
+        or (owner.get("apiVersion"), owner.get("kind"), owner.get("name"), owner.get("uid"))
+        != (kind.api_version, kind.kind, target.name, job_uid)
     ):
         return Verdict(403, f"pod {meta.get('name')} does not belong to {kind.kind} {target.name}")
     return Verdict(200, "ok")

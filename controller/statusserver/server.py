@@ -1,10 +1,13 @@
 """The HTTPS endpoint training pods POST their progress to, and the write it makes on their job.
 
 One route, Kubeflow Trainer's: ``POST <job's API path>/status`` with ``{"trainerStatus": {...}}``
-and a projected ServiceAccount token as the bearer. Each report is authenticated with a
-TokenReview (audience: the path) and authorised against the pod the token is bound to
-(``authz``); an allowed verdict is remembered for ``VERDICT_TTL`` seconds per token and path, so
-a job reporting every 5 s costs the API server one write per report, not three requests.
+and a projected ServiceAccount token as the bearer. Each report is authenticated first, before its
+body is read: a TokenReview (audience: the path), then the pod the token is bound to and the job
+that pod must belong to, by uid (``authz``). An allowed verdict is remembered for ``VERDICT_TTL``
+seconds per token and path, so a job reporting every 5 s costs the API server one write per report,
+not four requests; a refusal is remembered too, and what a client may cost is budgeted
+(``admission``: 429 past it). The server's API calls have a rate budget of their own, so reports
+never queue the controller's own writes.
 
 The write: a TrainJob's ``status.trainerStatus`` (merge patch of the status subresource, the
 fields a report leaves out removed); a v1 job's annotations (the whole report as JSON, and its
@@ -14,6 +17,7 @@ would drop one. A report never touches conditions or the reconcilers' fields.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -26,6 +30,7 @@ from aiohttp import web
 from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
 from kubetrain.api.v2 import TrainerStatus
+from kubetrain.controller.statusserver import admission
 from kubetrain.controller.statusserver.authz import Target, Verdict, authorise, bound_pod, target_of
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -38,23 +43,65 @@ log = logging.getLogger("kubetrain.controller.statusserver")
 Obj = dict[str, Any]
 VERDICT_TTL = 60.0  # seconds an allowed (token, path) is trusted without asking again
 MAX_VERDICTS = 4096
-MAX_BODY = 256 * 1024
+MAX_BODY = 32 * 1024  # a full report (256 metrics of 64-character names and values) is about 40 KB less
+MAX_REPORT = 16 * 1024  # what one report may store on its job (a v1 job keeps it in an annotation)
+MAX_ETA = 2**31 - 1  # seconds: the API server's int32 limit, about 68 years
+CLOCK_SKEW = 300  # seconds a report's lastUpdatedTime may be ahead of the controller's clock
 FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
 
 
-def parse_report(body: Any) -> Obj:
-    """The ``trainerStatus`` of a report body, validated against the CRD's limits (ValueError if not)."""
-    if not isinstance(body, dict) or not isinstance(body.get("trainerStatus"), dict):
-        raise ValueError('the body must be {"trainerStatus": {...}}')
+def parse_report(raw: bytes, now: float | None = None) -> Obj:
+    """The ``trainerStatus`` of a report body, validated against the CRD's limits and kept small
+    (ValueError naming the field if not)."""
+    fields = _trainer_status(raw)
     try:
-        status = TrainerStatus.model_validate(body["trainerStatus"]).to_dict()
+        status = TrainerStatus.model_validate(fields).to_dict()
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"trainerStatus.{field}: {first['msg']}") from None
-    if not status.get("lastUpdatedTime"):
-        status["lastUpdatedTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if int(status.get("estimatedRemainingSeconds") or 0) > MAX_ETA:
+        raise ValueError(f"trainerStatus.estimatedRemainingSeconds: at most {MAX_ETA}")
+    now = time.time() if now is None else now
+    if status.get("lastUpdatedTime"):
+        _check_time(str(status["lastUpdatedTime"]), now)
+    else:
+        status["lastUpdatedTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    if len(json.dumps(status, separators=(",", ":"))) > MAX_REPORT:
+        raise ValueError(f"the report is larger than {MAX_REPORT} bytes; send fewer or shorter metrics")
     return {key: status[key] for key in FIELDS if key in status}
+
+
+def _trainer_status(raw: bytes) -> Obj:
+    """The body's ``trainerStatus``, which must be all it holds, with report fields only."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise ValueError("the body is nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"the body is not JSON: {exc}") from None
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"trainerStatus"}
+        or not isinstance(body["trainerStatus"], dict)
+    ):
+        raise ValueError('the body must be {"trainerStatus": {...}} and nothing else')
+    fields: Obj = body["trainerStatus"]
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"trainerStatus.{unknown[0]} is not a field; a report has {', '.join(FIELDS)}")
+    return fields
+
+
+def _check_time(stamp: str, now: float) -> None:
+    try:
+        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            "trainerStatus.lastUpdatedTime: an RFC 3339 time, e.g. 2026-01-01T12:00:00Z"
+        ) from None
+    if when.tzinfo is None or when.timestamp() > now + CLOCK_SKEW:
+        raise ValueError("trainerStatus.lastUpdatedTime: a time with its zone, not in the future")
 
 
 def job_patch(target: Target, status: Obj) -> tuple[Obj, str | None]:
@@ -78,6 +125,9 @@ class StatusServer:
         self.cert = cert
         self.clock = clock
         self._allowed: dict[tuple[str, str], float] = {}
+        self._refused = admission.Refusals(clock)
+        self._reviews = admission.Limiter(admission.REVIEWS_QPS, admission.REVIEWS_BURST, clock)
+        self._reports = admission.Limiter(admission.REPORTS_QPS, admission.REPORTS_BURST, clock)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -97,13 +147,17 @@ class StatusServer:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return _answer(Verdict(401, "a bearer token is required"))
+        token = token.strip()
         try:
-            status = parse_report(await request.json())
-        except ValueError as exc:  # json.JSONDecodeError is one
-            return _answer(Verdict(400, str(exc)))
-        try:
-            verdict = await self.verdict(token.strip(), target)
+            verdict = await self.verdict(token, target)
+            wait = self._reports.take(token) if verdict.allowed else None
+            if wait is not None:
+                return _answer(Verdict(429, "reporting too often; send the next report later"), wait)
             if verdict.allowed:
+                try:
+                    status = parse_report(await request.read())
+                except ValueError as exc:
+                    return _answer(Verdict(400, str(exc)))
                 body, subresource = job_patch(target, status)
                 await self.kube.patch(
                     target.kind.resource,
@@ -112,6 +166,8 @@ class StatusServer:
                     namespace=target.namespace,
                     subresource=subresource,
                 )
+        except ReviewBudgetSpentError as busy:
+            return _answer(Verdict(429, "too many unknown tokens at once; try again later"), busy.wait)
         except errors.APINotFoundError:
             verdict = Verdict(404, f"{target.kind.kind} {target.namespace}/{target.name} not found")
         except errors.APIError as exc:
@@ -128,10 +184,27 @@ class StatusServer:
         return _answer(verdict)
 
     async def verdict(self, token: str, target: Target) -> Verdict:
-        """Whether ``token`` may report for ``target``: TokenReview, then the pod it is bound to."""
+        """Whether ``token`` may report for ``target``: TokenReview, then the pod it is bound to and
+        the job; raises ``ReviewBudgetSpentError`` when the server's TokenReview budget is spent."""
         key, now = (token, target.path), self.clock()
         if self._allowed.get(key, 0.0) > now:
             return Verdict(200, "ok")
+        refused = self._refused.get(key)
+        if refused is not None:
+            return Verdict(*refused)
+        wait = self._reviews.take()
+        if wait is not None:
+            raise ReviewBudgetSpentError(wait)
+        verdict = await self._review(token, target)
+        if verdict.allowed:
+            if len(self._allowed) >= MAX_VERDICTS:
+                self._allowed = {k: t for k, t in self._allowed.items() if t > now}
+            self._allowed[key] = now + VERDICT_TTL
+        else:
+            self._refused.remember(key, verdict.status, verdict.reason)
+        return verdict
+
+    async def _review(self, token: str, target: Target) -> Verdict:
         review = await self.kube.create(
             TOKEN_REVIEWS,
             {
@@ -144,13 +217,23 @@ class StatusServer:
         if isinstance(bound, Verdict):
             return bound
         name, uid = bound
-        verdict = authorise(target, uid, await self.kube.get(PODS, name, target.namespace))
-        if verdict.allowed:
-            if len(self._allowed) >= MAX_VERDICTS:
-                self._allowed = {k: t for k, t in self._allowed.items() if t > now}
-            self._allowed[key] = now + VERDICT_TTL
-        return verdict
+        pod = await self.kube.get(PODS, name, target.namespace)
+        job = await self.kube.get(target.kind.resource, target.name, target.namespace)
+        if job is None:
+            raise errors.APINotFoundError(404, f"{target.kind.kind} {target.namespace}/{target.name}")
+        return authorise(target, uid, pod, job_uid=job["metadata"]["uid"])
 
 
-def _answer(verdict: Verdict) -> web.Response:
-    return web.json_response({"status": verdict.status, "message": verdict.reason}, status=verdict.status)
+class ReviewBudgetSpentError(Exception):
+    """The server's TokenReview budget is spent for ``wait`` seconds."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"busy for {wait:.1f}s")
+        self.wait = wait
+
+
+def _answer(verdict: Verdict, wait: float | None = None) -> web.Response:
+    headers = {"Retry-After": admission.retry_after(wait)} if wait is not None else None
+    return web.json_response(
+        {"status": verdict.status, "message": verdict.reason}, status=verdict.status, headers=headers
+    )

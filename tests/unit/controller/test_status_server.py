@@ -18,6 +18,7 @@ from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import children, jobset
 from kubetrain.controller.reconcilers.indexedjob import ChildJob
 from kubetrain.controller.state import JobIdentity
+from kubetrain.controller.statusserver import admission
 from kubetrain.controller.statusserver.authz import (
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
@@ -63,14 +64,20 @@ def review(
     }
 
 
-def pod(owner_kind: str = "TrainJob", owner: str = "mnist", uid: str = "pod-uid") -> dict[str, Any]:
+JOB_UID = "job-uid"
+
+
+def pod(
+    owner_kind: str = "TrainJob", owner: str = "mnist", uid: str = "pod-uid", owner_uid: str = JOB_UID
+) -> dict[str, Any]:
     api = "trainer.kubeflow.org/v1alpha1" if owner_kind == "TrainJob" else "kubeflow.org/v1"
+    reference = {"apiVersion": api, "kind": owner_kind, "name": owner, "uid": owner_uid, "controller": True}
     return {
         "metadata": {
             "name": "mnist-node-0-0",
             "namespace": "team",
             "uid": uid,
-            "ownerReferences": [{"apiVersion": api, "kind": owner_kind, "name": owner, "controller": True}],
+            "ownerReferences": [reference],
         }
     }
 
@@ -78,7 +85,7 @@ def pod(owner_kind: str = "TrainJob", owner: str = "mnist", uid: str = "pod-uid"
 def test_a_token_of_a_pod_of_the_job_is_allowed() -> None:
     target = Target(TRAINJOB, "team", "mnist")
     assert bound_pod(review(), target) == ("mnist-node-0-0", "pod-uid")
-    assert authorise(target, "pod-uid", pod()).allowed
+    assert authorise(target, "pod-uid", pod(), job_uid=JOB_UID).allowed
 
 
 def test_an_invalid_token_or_one_for_another_audience_is_401() -> None:
@@ -92,31 +99,50 @@ def test_a_token_of_no_pod_of_another_namespace_or_of_another_jobs_pod_is_403() 
     target = Target(TRAINJOB, "team", "mnist")
     assert bound_pod(review(pod=None), target).status == 403  # type: ignore[union-attr]
     assert bound_pod(review(ns="elsewhere"), target).status == 403  # type: ignore[union-attr]
-    assert authorise(target, "pod-uid", pod(owner="other")).status == 403
-    assert authorise(target, "pod-uid", pod(owner_kind="PyTorchJob")).status == 403  # same name, other kind
-    assert authorise(target, "pod-uid", pod(uid="a-new-pod-of-that-name")).status == 403
-    assert authorise(target, "pod-uid", None).status == 403
+    assert authorise(target, "pod-uid", pod(owner="other"), job_uid=JOB_UID).status == 403
+    other_kind = pod(owner_kind="PyTorchJob")  # same name, other kind
+    assert authorise(target, "pod-uid", other_kind, job_uid=JOB_UID).status == 403
+    assert authorise(target, "pod-uid", pod(uid="a-new-pod-of-that-name"), job_uid=JOB_UID).status == 403
+    assert authorise(target, "pod-uid", None, job_uid=JOB_UID).status == 403
+    # A pod left by an earlier job of the same name (deleted and created again) may not report.
+    assert authorise(target, "pod-uid", pod(owner_uid="the-earlier-job"), job_uid=JOB_UID).status == 403
 
 
-def test_a_report_is_validated_against_the_crd_and_keeps_only_trainer_status_fields() -> None:
-    body = {
-        "trainerStatus": {
-            "progressPercentage": 40,
-            "metrics": [{"name": "loss", "value": "0.5"}],
-            "lastUpdatedTime": "2026-01-01T00:00:00+00:00",
-            "somethingElse": 1,
-        }
-    }
-    assert parse_report(body) == {
+def parsed(body: Any) -> dict[str, Any]:
+    return parse_report(json.dumps(body).encode(), now=NOW)
+
+
+NOW = 1_800_000_000.0  # 2027-01-15
+
+
+def test_a_report_is_validated_against_the_crd_and_its_fields_only() -> None:
+    report = {
         "progressPercentage": 40,
         "metrics": [{"name": "loss", "value": "0.5"}],
         "lastUpdatedTime": "2026-01-01T00:00:00+00:00",
     }
-    assert "lastUpdatedTime" in parse_report({"trainerStatus": {}})
-    with pytest.raises(ValueError, match="progressPercentage"):
-        parse_report({"trainerStatus": {"progressPercentage": 140}})
-    with pytest.raises(ValueError, match="trainerStatus"):
-        parse_report({"progress": 1})
+    assert parsed({"trainerStatus": report}) == report
+    assert "lastUpdatedTime" in parsed({"trainerStatus": {}})
+    refused = {
+        "progressPercentage": {"trainerStatus": {"progressPercentage": 140}},
+        "is not a field": {"trainerStatus": {**report, "somethingElse": 1}},
+        "and nothing else": {"trainerStatus": report, "more": 1},
+        "trainerStatus": {"progress": 1},
+        "estimatedRemainingSeconds: at most": {"trainerStatus": {"estimatedRemainingSeconds": 2**63}},
+        "an RFC 3339 time": {"trainerStatus": {"lastUpdatedTime": "yesterday"}},
+        "not in the future": {"trainerStatus": {"lastUpdatedTime": "2099-01-01T00:00:00Z"}},
+        "larger than": {
+            "trainerStatus": {"metrics": [{"name": f"m{i}", "value": "x" * 64} for i in range(256)]}
+        },
+    }
+    for message, body in refused.items():
+        with pytest.raises(ValueError, match=message):
+            parsed(body)
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_report(b'{"trainerStatus": ' + deep + b"}")
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_report(b"{")
 
 
 def test_a_trainjob_report_replaces_trainer_status_and_a_v1_report_goes_to_annotations() -> None:
@@ -191,7 +217,7 @@ def test_only_a_trainjobs_trainer_pods_get_it_not_its_initializers() -> None:
 
 
 class FakeKube:
-    """The three calls the server makes, answered from fixed data (a unit test of the handler only)."""
+    """The calls the server makes, answered from fixed data (a unit test of the handler only)."""
 
     def __init__(self, *, patch_error: Exception | None = None) -> None:
         self.reviews = 0
@@ -200,10 +226,10 @@ class FakeKube:
 
     async def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> Any:
         self.reviews += 1
-        return review() if body["spec"]["token"] == "good" else {"status": {"authenticated": False}}
+        return review() if body["spec"]["token"].startswith("good") else {"status": {"authenticated": False}}
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
-        return pod()
+        return pod() if resource.kind == "Pod" else {"metadata": {"name": name, "uid": JOB_UID}}
 
     async def patch(self, resource: Any, name: str, body: Any, **kwargs: Any) -> Any:
         if self.patch_error is not None:
@@ -213,16 +239,20 @@ class FakeKube:
 
 
 async def post(server: StatusServer, path: str, token: str, body: Any) -> int:
+    return (await answer(server, path, token, body)).status
+
+
+async def answer(server: StatusServer, path: str, token: str, body: Any) -> Any:
     request = make_mocked_request(
         "POST", path, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     )
-    raw = json.dumps(body).encode()
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
 
-    async def read_json() -> Any:
-        return json.loads(raw)
+    async def read() -> bytes:
+        return raw
 
-    request.json = read_json  # type: ignore[method-assign]
-    return (await server.handle(request)).status
+    request.read = read  # type: ignore[method-assign]
+    return await server.handle(request)
 
 
 async def test_the_handler_answers_each_case_and_trusts_a_verdict_for_a_while() -> None:
@@ -250,3 +280,66 @@ async def test_a_write_the_api_server_refuses_is_a_503_to_try_again_and_a_missin
         self_signed(["127.0.0.1"]),
     )
     assert await post(gone, TRAINJOB_PATH, "good", report) == 404
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_body_is_read_only_after_the_token_is_accepted() -> None:
+    kube = FakeKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=Clock())  # type: ignore[arg-type]
+    nonsense = b"[" * 100_000
+    assert await post(server, TRAINJOB_PATH, "bad", nonsense) == 401, "a refused token gets no parse"
+    assert await post(server, TRAINJOB_PATH, "good", nonsense) == 400, "deep JSON is a 400, not a 500"
+
+
+async def test_a_refused_token_is_answered_from_memory_and_unknown_tokens_have_a_budget() -> None:
+    clock = Clock()
+    kube = FakeKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=clock)  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    for _ in range(5):
+        assert await post(server, TRAINJOB_PATH, "bad", report) == 401
+    assert kube.reviews == 1, "the same refused token is reviewed once"
+    statuses = [await post(server, TRAINJOB_PATH, f"random-{i}", report) for i in range(2000)]
+    assert kube.reviews <= 1 + admission.REVIEWS_BURST, "unknown tokens cost the API server without limit"
+    assert statuses.count(429) >= 2000 - admission.REVIEWS_BURST
+    busy = await answer(server, TRAINJOB_PATH, "random-x", report)
+    assert busy.status == 429 and int(busy.headers["Retry-After"]) >= 1
+    clock.now += 1.0  # a second later the budget has room again
+    assert await post(server, TRAINJOB_PATH, "good-pod", report) == 200
+
+
+async def test_a_pod_reporting_in_a_tight_loop_gets_429_and_others_are_not_slowed() -> None:
+    clock = Clock()
+    kube = FakeKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=clock)  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    loop = [await post(server, TRAINJOB_PATH, "good-loop", report) for _ in range(50)]
+    assert loop.count(200) == admission.REPORTS_BURST and loop.count(429) == 50 - admission.REPORTS_BURST
+    assert len(kube.patches) == admission.REPORTS_BURST, "a refused report writes nothing"
+    assert await post(server, TRAINJOB_PATH, "good-other", report) == 200, "another pod's budget is its own"
+    clock.now += 1 / admission.REPORTS_QPS
+    assert await post(server, TRAINJOB_PATH, "good-loop", report) == 200
+
+
+def test_a_limiter_refuses_with_the_wait_and_forgets_the_oldest_keys() -> None:
+    clock = Clock()
+    limiter = admission.Limiter(2.0, 2, clock, max_keys=3)
+    assert limiter.take("a") is None and limiter.take("a") is None
+    assert limiter.take("a") == pytest.approx(0.5)
+    clock.now = 0.5
+    assert limiter.take("a") is None
+    for key in ("b", "c", "d"):
+        limiter.take(key)
+    assert "a" not in limiter._buckets and len(limiter._buckets) == 3
+    refusals = admission.Refusals(clock, ttl=10)
+    refusals.remember(("t", "/p"), 401, "no")
+    assert refusals.get(("t", "/p")) == (401, "no")
+    clock.now += 10
+    assert refusals.get(("t", "/p")) is None
