@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import Jobs, runs_for, training_runtime, trainjob
+from tests.support import Jobs, eventually, runs_for, training_runtime, trainjob
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +166,21 @@ def test_whoever_may_edit_a_namespace_may_run_training_there(kubectl: Kubectl, n
     assert not can("airflow-worker", "create", "clustertrainingruntimes.trainer.kubeflow.org")
 
 
+SCRATCH_CLAIM = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
+
+
+async def _claim_exists(jobs: Jobs, name: str) -> bool:
+    return not await _claim_going(jobs, name)
+
+
+async def _claim_going(jobs: Jobs, name: str) -> bool:
+    try:
+        claim = await jobs.core.read_namespaced_persistent_volume_claim(name, jobs.namespace)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return claim.metadata.deletion_timestamp is not None
+
+
 @pytest.mark.usefixtures("crds")
 async def test_the_controller_runs_with_only_its_own_rbac(
     kubectl: Kubectl,
@@ -205,6 +220,20 @@ async def test_the_controller_runs_with_only_its_own_rbac(
         await jobs.create(training_runtime("torch", pod_annotations=runs_for("1s")))
         await jobs.create(trainjob("rbac-tj", "torch"))
         await jobs.wait_condition("rbac-tj", "Complete", kind="TrainJob", timeout=60)
+        # The claims a TrainJob owns go when its runtime's ttlSecondsAfterFinished passes: delete on claims.
+        claims = {"templates": [{"metadata": {"name": "scratch"}, "spec": SCRATCH_CLAIM}]}
+        runtime = training_runtime(
+            "scratch", pod_annotations=runs_for("4s"), ttlSecondsAfterFinished=1, volumeClaimPolicies=[claims]
+        )
+        await jobs.create(runtime)
+        await jobs.create(trainjob("rbac-claims", "scratch"))
+        await eventually(lambda: _claim_exists(jobs, "scratch-rbac-claims"), what="the TrainJob's claim")
+        await jobs.wait_condition("rbac-claims", "Complete", kind="TrainJob", timeout=60)
+        await eventually(
+            lambda: _claim_going(jobs, "scratch-rbac-claims"),
+            timeout=30,
+            what="the TrainJob's claim to be deleted",
+        )
         coordination = client.CoordinationV1Api(jobs.custom.api_client)
         lease = await coordination.read_namespaced_lease(f"test-{jobs.namespace}", controller_namespace)
         assert lease.spec.holder_identity
