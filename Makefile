@@ -24,9 +24,9 @@ $(UV):
 	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
 
 $(VENV)/.installed: pyproject.toml Makefile | $(UV)
-	@echo ">> creating $(VENV) (kubetrain with the controller, dev and train extras; torch is large the first time)"
+	@echo ">> creating $(VENV) (kubetrain with the controller, dev, train and objectstore extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train]'
+	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train,objectstore]'
 	@touch $@
 
 .PHONY: venv
@@ -82,7 +82,7 @@ SDKS := 'kubeflow-training>=1.9,<1.10' 'kubeflow>=0.5,<0.6'
 $(SDK_VENV)/.installed: pyproject.toml | $(UV)
 	@echo ">> creating $(SDK_VENV) (the kubeflow-training and kubeflow SDKs, with torch for the process node)"
 	@test -x $(SDK_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(SDK_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(SDK_VENV)/bin/python -e '.[controller,dev,train]' $(SDKS)
+	@$(UV) pip install -q --compile-bytecode -p $(SDK_VENV)/bin/python -e '.[controller,dev,train,objectstore]' $(SDKS)
 	@touch $@
 
 .PHONY: sdk-venv
@@ -138,7 +138,7 @@ lint: venv $(AIRFLOW3_VENV)/.installed ## ruff, the import layers and mypy --str
 test-unit: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
 
-# One fresh cluster serves the first four test runs; its process node runs pods with
+# One fresh cluster (with its S3 server) serves the first four test runs; its process node runs pods with
 # .venv's interpreter (torch), whichever environment the tests run in. The upstream SDKs' pods
 # name no node, so tests/sdk starts a small cluster of its own with --process-node-default
 # (the other suites rely on simulated nodes taking such pods).
@@ -146,7 +146,7 @@ test-unit: venv ## Unit tests only (no cluster)
 test: build lint airflow-venvs kfp-venv sdk-venv ## Everything: lint, unit, integration, e2e, Airflow, KFP, Kueue and upstream SDK tests on fresh local clusters
 	@state=$$(mktemp -d -t kubetrain-test-XXXXXX); \
 	trap '$(KUBETRAIN) dev down --state-dir "$$state" >/dev/null' EXIT; \
-	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 && \
+	$(KUBETRAIN) dev up --state-dir "$$state" --gpu-nodes 2 --gpus-per-node 8 --cpu-nodes 2 --object-store && \
 	export KUBETRAIN_TEST_CLUSTER="$$state" && \
 	echo ">> core tests" && $(VENV)/bin/pytest $(PYTEST_ARGS) && \
 	echo ">> Airflow 3 provider tests" && $(AIRFLOW3_VENV)/bin/pytest tests/airflow $(PYTEST_ARGS) && \

@@ -83,7 +83,7 @@ def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster
     if not cluster.is_up():
         if cluster.load_state() is not None:
             cluster.down()
-        cluster.up(ClusterOptions(gpu_nodes=2, gpus_per_node=8, cpu_nodes=2))
+        cluster.up(ClusterOptions(gpu_nodes=2, gpus_per_node=8, cpu_nodes=2, object_store=True))
     _session_cluster.append(cluster)
     yield cluster
     _session_cluster.remove(cluster)

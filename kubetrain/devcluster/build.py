@@ -17,7 +17,8 @@ Kueue (``kubetrain dev up --kueue``) is the exception to the wrapper modules: it
 ``go.mod`` replaces nothing, so it is ``go install``-ed at its release tag, into a
 folder named after that release (``kueue-v0.17.0/``) so that a version bump never
 runs a stale binary. Its CRDs and webhook manifests are read from the same module
-in the Go module cache (``module_source``), never copied into the repository.
+in the Go module cache (``module_source``), never copied into the repository. The S3 server
+(versitygw, ``kubetrain dev up --object-store``) is ``go install``-ed the same way.
 
 A build is idempotent: each binary has a stamp holding a digest of everything
 that determines its bytes (module files, package, flags, Go version); a binary
@@ -57,6 +58,9 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_VERSION = "v0.17.0"
+# The S3 server of `dev up --object-store` (objectstore.py): S3 over a directory, conditional writes included.
+VERSITYGW_MODULE = "github.com/versity/versitygw"
+VERSITYGW_VERSION = "v1.8.0"
 MIN_GO = (1, 26)
 
 
@@ -101,6 +105,8 @@ TARGETS: tuple[GoTarget, ...] = (
     GoTarget("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     GoTarget("helm", "helm", "helm.sh/helm/v3/cmd/helm"),  # not part of the cluster: the chart's tests use it
     GoTarget("kueue", "", f"{KUEUE_MODULE}/cmd/kueue", version=KUEUE_VERSION),  # only with `dev up --kueue`
+    # only with `dev up --object-store`
+    GoTarget("versitygw", "", f"{VERSITYGW_MODULE}/cmd/versitygw", version=VERSITYGW_VERSION),
 )
 
 BINARIES = tuple(t.binary for t in TARGETS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from collections.abc import Callable, Sequence
@@ -103,6 +104,14 @@ def up_command(
             "before dispatching its jobs again (default: Kueue's 15 minutes); with --kueue."
         ),
     ] = None,
+    object_store: Annotated[
+        bool,
+        typer.Option(
+            "--object-store",
+            help="Run a real S3 server too, with a bucket `kubetrain` (`kubetrain dev object-store` prints "
+            "its endpoint and credentials).",
+        ),
+    ] = False,
     pod_python: Annotated[
         str | None,
         typer.Option(
@@ -135,6 +144,7 @@ def up_command(
                 kueue_worker_lost_timeout=kueue_worker_lost_timeout,
                 workdir=str((workdir or Path.cwd()).resolve()),
                 pod_python=pod_python,
+                object_store=object_store,
             ),
             console=console,
         )
@@ -155,6 +165,42 @@ def controller_command(state_dir: StateDir = None) -> None:
         dev_controller.start(_cluster(state_dir), console=console)
     except DevClusterError as exc:
         raise _fail(exc) from None
+
+
+@app.command("object-store")
+def object_store_command(
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Put the credentials into a Secret of this name (in --namespace) instead of printing."
+        ),
+    ] = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The Secret's namespace.")] = "default",
+    state_dir: StateDir = None,
+) -> None:
+    """The S3 server of a cluster started with --object-store: print `export` lines of its endpoint and
+    credentials (the variables the AWS SDKs, s3fs and fsspec read), or put them into a Secret for pods."""
+    cluster = _cluster(state_dir)
+    store = cluster.object_store()
+    if store is None or not cluster.is_up():
+        raise _fail(
+            DevClusterError("no object store: start the cluster with `kubetrain dev up --object-store`")
+        )
+    if secret is None:
+        for name, value in store.env().items():
+            typer.echo(f"export {name}={value}")
+        return
+    done = subprocess.run(
+        [str(build.binary_path("kubectl")), "apply", "-f", "-"],
+        input=json.dumps(store.secret(secret, namespace)),
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise _fail(DevClusterError(f"creating Secret {namespace}/{secret} failed: {done.stderr.strip()}"))
+    console.print(f"Secret {namespace}/{secret} holds the object store's endpoint and credentials")
 
 
 @app.command("down")
@@ -185,13 +231,21 @@ def restart_command(
 def status_command(state_dir: StateDir = None) -> None:
     """Pid, port and health of each component; exits 1 unless all are healthy."""
     cluster = _cluster(state_dir)
-    pod_python = cluster.pod_python()
+    pod_python, store = cluster.pod_python(), cluster.object_store()
+    footer = [
+        *([f"pods on the process node run with {pod_python}"] if pod_python else []),
+        *(
+            [f"object store: {store.endpoint}, bucket {store.bucket} (`kubetrain dev object-store`)"]
+            if store
+            else []
+        ),
+    ]
     _show_health(
         cluster.status,
         first_column="component",
         title=f"dev cluster ({cluster.state_dir})",
         none_running="No dev cluster is running; start one with `kubetrain dev up`.",
-        footer=f"pods on the process node run with {pod_python}" if pod_python else None,
+        footer="\n".join(footer) or None,
     )
 
 

@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from kubetrain import naming
-from kubetrain.devcluster import build, kueue, nodes, paths, pki, process
+from kubetrain.devcluster import build, kueue, nodes, objectstore, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
 from kubetrain.devcluster.processnode import containers, interpreter
@@ -85,6 +85,8 @@ class ClusterOptions:
     kueue_pods_ready_timeout: float | None = None
     # MultiKueue's workerLostTimeout in seconds (None: Kueue's 15 minutes), with --kueue only.
     kueue_worker_lost_timeout: float | None = None
+    # A real S3 server beside the control plane (objectstore.py says why).
+    object_store: bool = False
     workdir: str = field(default_factory=lambda: str(Path.cwd()))
     # The Python the process node's pods run with (None: chosen by `up`, processnode/interpreter.py).
     pod_python: str | None = None
@@ -112,7 +114,13 @@ class ClusterOptions:
 
     def binaries(self) -> list[str]:
         """The built binaries a cluster with these options runs."""
-        return [name for name in build.BINARIES if name != "kueue" or self.kueue]
+        optional = {"kueue": self.kueue, "versitygw": self.object_store}
+        return [name for name in build.BINARIES if optional.get(name, True)]
+
+    def runs(self, component: str) -> bool:
+        """Whether a cluster with these options runs ``component`` (one of ``COMPONENTS``)."""
+        optional = {"process-node": self.process_node, "kueue": self.kueue, "object-store": self.object_store}
+        return optional.get(component, True)
 
 
 @dataclass
@@ -148,6 +156,7 @@ COMPONENTS = (
     "kube-controller-manager",
     "kwok",
     "provisioner",
+    "object-store",
     "process-node",
     "kueue",
 )
@@ -378,9 +387,31 @@ class DevCluster:
                 HealthCheck(f"http://127.0.0.1:{ports['provisioner']}/healthz"),
                 ports["provisioner"],
             ),
+            *([self._object_store(bins["versitygw"])] if options.object_store else []),
             *([self._process_node(ports, options)] if options.process_node else []),
             *([self._kueue(ports, options, bins["kueue"])] if options.kueue else []),
         ]
+
+    def object_store(self) -> objectstore.ObjectStore | None:
+        """The S3 server of a cluster started with ``--object-store``: where it is, its credentials."""
+        return objectstore.Layout(self.state_dir).load()
+
+    def _object_store(self, binary: str) -> Component:
+        layout = objectstore.Layout(self.state_dir)
+        store = layout.load()
+        if store is None:
+            raise DevClusterError(
+                f"no object store credentials in {layout.credentials}; run `kubetrain dev up`"
+            )
+        port = int(store.endpoint.rsplit(":", 1)[1])
+        argv = objectstore.command(binary, store, layout.data)
+        return Component(
+            objectstore.NAME,
+            argv,
+            objectstore.S3Answers(store.endpoint),
+            port,
+            env=objectstore.server_env(store),
+        )
 
     @property
     def _kueue_dir(self) -> Path:
@@ -496,18 +527,13 @@ class DevCluster:
                 f"state dir {self.state_dir} is not empty but holds no cluster state; remove it or run "
                 "`kubetrain dev down`"
             )
-        if options.process_node:
-            self._choose_pod_python(options, console)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        wanted = [
-            c
-            for c in COMPONENTS[1:]
-            if (c != "process-node" or options.process_node) and (c != "kueue" or options.kueue)
-        ]
+        wanted = [c for c in COMPONENTS[1:] if options.runs(c)]
         extra = KUEUE_PORTS if options.kueue else ()
         ports = {name: _free_port() for name in ("etcd", "etcd-peer", *wanted, *extra)}
         if options.apiserver_port is not None:
             ports["kube-apiserver"] = options.apiserver_port
+        self._prepare(options, ports, console)
         state = ClusterState(ports=ports, pids={}, options=asdict(options), started_at=time.time())
         started = time.monotonic()
         with console.status("generating keys and certificates"):
@@ -548,15 +574,19 @@ class DevCluster:
         self._save_state(state)
         return state
 
-    @staticmethod
-    def _choose_pod_python(options: ClusterOptions, console: Console) -> None:
-        choice = interpreter.choose(
-            options.pod_python or os.environ.get(interpreter.ENV),
-            interpreter.candidates(Path(options.workdir)),
-        )
-        options.pod_python = choice.python
-        if choice.warning:
-            console.print(f"[yellow]warning:[/] {choice.warning}", highlight=False)
+    def _prepare(self, options: ClusterOptions, ports: dict[str, int], console: Console) -> None:
+        """What the optional components need before they start: the pods' Python (recorded in the
+        options), the object store's bucket and credentials."""
+        if options.process_node:
+            choice = interpreter.choose(
+                options.pod_python or os.environ.get(interpreter.ENV),
+                interpreter.candidates(Path(options.workdir)),
+            )
+            options.pod_python = choice.python
+            if choice.warning:
+                console.print(f"[yellow]warning:[/] {choice.warning}", highlight=False)
+        if options.object_store:
+            objectstore.Layout(self.state_dir).prepare(ports[objectstore.NAME])
 
     def pod_python(self) -> str | None:
         """The Python the process node's pods run with, as the running cluster was started."""
@@ -641,18 +671,18 @@ class DevCluster:
         return result
 
 
-def _health_for(component: str, port: int | None, token: str, ca: Path) -> HealthCheck:
-    if component == "etcd":
-        return HealthCheck(f"http://127.0.0.1:{port}/health")
-    if component == "kube-apiserver":
-        return HealthCheck(f"https://127.0.0.1:{port}/readyz", token=token, ca_file=ca)
-    if component in ("kwok", "provisioner"):
-        return HealthCheck(f"http://127.0.0.1:{port}/healthz")
-    if component == "kueue":
-        return HealthCheck(f"http://127.0.0.1:{port}/readyz")
-    if component == "process-node":
-        return HealthCheck(f"https://127.0.0.1:{port}/healthz", ca_file=ca)
-    return HealthCheck(f"https://127.0.0.1:{port}/healthz", insecure=True)
+def _health_for(component: str, port: int | None, token: str, ca: Path) -> process.Probe:
+    local = f"127.0.0.1:{port}"
+    probes: dict[str, Callable[[], process.Probe]] = {
+        "etcd": lambda: HealthCheck(f"http://{local}/health"),
+        "kube-apiserver": lambda: HealthCheck(f"https://{local}/readyz", token=token, ca_file=ca),
+        "kwok": lambda: HealthCheck(f"http://{local}/healthz"),
+        "provisioner": lambda: HealthCheck(f"http://{local}/healthz"),
+        "kueue": lambda: HealthCheck(f"http://{local}/readyz"),
+        "process-node": lambda: HealthCheck(f"https://{local}/healthz", ca_file=ca),
+        objectstore.NAME: lambda: objectstore.S3Answers(f"http://{local}"),
+    }
+    return probes.get(component, lambda: HealthCheck(f"https://{local}/healthz", insecure=True))()
 
 
 async def _register_nodes(kubeconfig: Path, node_list: list[dict[str, Any]], timeout: float = 60) -> None:
