@@ -128,7 +128,7 @@ class FencedOff(SystemExit):
     """
 
     def __init__(
-        self, attempt: int, fence: int, directory: Path, refused: str = "", lineage: str | None = None
+        self, attempt: int, fence: int, directory: Path | str, refused: str = "", lineage: str | None = None
     ) -> None:
         super().__init__(EXIT_FENCED)
         self.attempt = attempt
@@ -140,7 +140,7 @@ class FencedOff(SystemExit):
     def __str__(self) -> str:
         refused = f" (refused to {self.refused})" if self.refused else ""
         of = "" if self.lineage is None else f" of lineage {self.lineage}"
-        marks = self.directory / FENCE_DIR / ("" if self.lineage is None else f"attempt-*@{self.lineage}")
+        marks = f"{self.directory}/{FENCE_DIR}/{'' if self.lineage is None else f'attempt-*@{self.lineage}'}"
         return (
             f"kubetrain.checkpoint: attempt {self.attempt}{of} is fenced off from {self.directory}: "
             f"attempt {self.fence}{of} has started using it, so attempt {self.attempt} must not write there"
@@ -152,11 +152,18 @@ class FencedOff(SystemExit):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A complete checkpoint on disk."""
+    """A complete checkpoint: a directory on disk, or (with ``url``) a committed one in object storage,
+    whose ``path`` is then its key in the store."""
 
     path: Path
     step: int
     meta: dict[str, Any] = field(default_factory=dict)
+    url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where it is, as the report and ``$KUBETRAIN_RESUME_FROM`` name it."""
+        return self.url or str(self.path)
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -393,6 +400,28 @@ def read_fence(directory: str | Path, lineage: str | None = None) -> int | None:
         return None
 
 
+def deserialise(fmt: str, data: bytes, *, map_location: Any = None, weights_only: bool = False) -> Any:
+    """A state as ``save`` wrote it (``fmt``: its meta's format): plain data first, full unpickling
+    only for a state that needs it, unless ``weights_only`` refuses that (the module's Trust)."""
+    if fmt == "bin":
+        return data
+    if fmt == "pkl":
+        try:
+            return _PlainUnpickler(io.BytesIO(data)).load()
+        except pickle.UnpicklingError:
+            if weights_only:
+                raise
+            return pickle.loads(data)  # written by save(), in the job's own checkpoint location
+    import torch
+
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        if weights_only:
+            raise
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """Unpickles plain data only (numbers, strings, bytes, lists, tuples, dicts, sets), the
     counterpart of ``torch.load(weights_only=True)`` for states saved without torch: a pickle
@@ -454,8 +483,45 @@ def scan(directory: Path) -> list[Entry]:
     return found
 
 
+# The object stores a checkpoint location may name (each needs its fsspec package: s3fs, gcsfs, adlfs).
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` names an object store (``s3://…``, ``gs://…``) rather than a path."""
+    scheme, sep, _ = location.partition("://")
+    return bool(sep) and scheme not in ("", "file", "local")
+
+
+def location_problem(location: str) -> str | None:
+    """What is wrong with ``location`` as a checkpoint location, or None: it must be an absolute path
+    in the pods or ``<scheme>://bucket[/prefix]`` of a supported object store."""
+    if not is_url(location):
+        return (
+            None if location.startswith("/") else "an absolute path inside the pods, or an object-store URL"
+        )
+    scheme, _, rest = location.partition("://")
+    if scheme not in OBJECT_STORE_SCHEMES:
+        return f"an object-store URL of {', '.join(OBJECT_STORE_SCHEMES)} (not {scheme}://)"
+    if not rest.strip("/"):
+        return f"{scheme}://BUCKET or {scheme}://BUCKET/PREFIX: the URL names no bucket"
+    return None
+
+
 class CheckpointManager:
-    """Save, find and load checkpoints in one directory; report the last one when the process ends."""
+    """Save, find and load checkpoints in one directory; report the last one when the process ends.
+
+    Given an object-store URL (``s3://bucket/prefix``; ``$KUBETRAIN_CHECKPOINT_DIR`` may be one), it
+    is a ``kubetrain.checkpoint_objects.ObjectStoreCheckpointManager``: the same methods over a commit
+    protocol that needs no rename."""
+
+    def __new__(cls, directory: str | Path | None = None, *args: Any, **kwargs: Any) -> CheckpointManager:
+        location = str(directory if directory is not None else os.environ.get(ENV_DIR) or "")
+        if cls is CheckpointManager and is_url(location):
+            from kubetrain.checkpoint_objects import ObjectStoreCheckpointManager  # it builds on this module
+
+            return super().__new__(ObjectStoreCheckpointManager)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -739,23 +805,7 @@ class CheckpointManager:
         containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that."""
         fmt = checkpoint.meta.get("format", "pt")
         data = (checkpoint.path / f"state.{fmt}").read_bytes()
-        if fmt == "bin":
-            return data
-        if fmt == "pkl":
-            try:
-                return _PlainUnpickler(io.BytesIO(data)).load()
-            except pickle.UnpicklingError:
-                if weights_only:
-                    raise
-                return pickle.loads(data)  # written by save(), in the job's own directory
-        import torch
-
-        try:
-            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-        except pickle.UnpicklingError:
-            if weights_only:
-                raise
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
+        return deserialise(fmt, data, map_location=map_location, weights_only=weights_only)
 
     def load_latest(self, *, map_location: Any = None) -> tuple[Any, int] | None:
         """``(state, step)`` of the resume point, or None when training starts from scratch."""
@@ -781,7 +831,7 @@ class CheckpointManager:
         report: dict[str, Any] = {
             "status": status,
             "step": self.last_step,
-            "last_checkpoint": str(self.last_saved.path) if self.last_saved else None,
+            "last_checkpoint": self.last_saved.location if self.last_saved else None,
             "metrics": {**self.last_metrics, **(metrics or {})},
             "attempt": str(self._ordinal),
         }

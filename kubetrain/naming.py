@@ -87,6 +87,7 @@ def trainjob_hostname(trainjob: str, replicated_job: str, job_index: int, pod_in
 PREFIX: Final = "kubetrain.dev"
 ANNOTATION_CHECKPOINT_DIR: Final = "kubetrain.dev/checkpoint-dir"
 ANNOTATION_CHECKPOINT_VOLUME: Final = "kubetrain.dev/checkpoint-volume"
+ANNOTATION_CHECKPOINT_SECRET: Final = "kubetrain.dev/checkpoint-secret"  # its keys: the containers' env
 ANNOTATION_LAST_CHECKPOINT: Final = "kubetrain.dev/last-checkpoint"
 ANNOTATION_TRAINING_REPORT: Final = "kubetrain.dev/training-report"
 ANNOTATION_ATTEMPT: Final = "kubetrain.dev/attempt"

@@ -1,8 +1,11 @@
 """The checkpoint contract: tell every training container where checkpoints live and where to resume.
 
 A job opts in with the ``kubetrain.dev/checkpoint-dir`` annotation (a path in
-the pods) and optionally ``kubetrain.dev/checkpoint-volume`` (a PVC mounted at
-that path; without one, an emptyDir is mounted there). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
+the pods, or an object-store URL such as ``s3://bucket/prefix``) and optionally
+``kubetrain.dev/checkpoint-volume`` (a PVC mounted at that path; without one, an
+emptyDir is mounted there; a URL mounts nothing) and ``kubetrain.dev/checkpoint-secret``
+(a Secret whose keys become every container's env through ``envFrom``, e.g. the
+``AWS_*`` credentials of an S3-compatible store: referenced, never copied). Every container then gets ``KUBETRAIN_CHECKPOINT_DIR``,
 ``KUBETRAIN_RESUME_FROM`` (the latest checkpoint the controller has seen
 reported, so a recreated pod resumes from it), ``KUBETRAIN_ATTEMPT`` and, when
 the job has a ``kubetrain.dev/lineage`` label, ``KUBETRAIN_LINEAGE``: the
@@ -14,6 +17,7 @@ same directory is not taken for a stale attempt of that job.
 from __future__ import annotations
 
 from kubetrain import naming
+from kubetrain.checkpoint import is_url
 from kubetrain.controller.frameworks.base import env_value
 from kubetrain.controller.state import JobIdentity, JobView, Obj
 
@@ -42,11 +46,17 @@ class CheckpointPlugin:
         if lineage:
             env.append(env_value(naming.ENV_LINEAGE, lineage))
         claim = info.annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
+        secret = info.annotations.get(naming.ANNOTATION_CHECKPOINT_SECRET)
         spec = pod["spec"]
         containers = spec.get("containers") or []
         for container in containers:
             names = {e.get("name") for e in container.get("env") or []}
             container.setdefault("env", []).extend(e for e in env if e["name"] not in names)
+            sources = container.setdefault("envFrom", []) if secret else []
+            if secret and not any((s.get("secretRef") or {}).get("name") == secret for s in sources):
+                sources.append({"secretRef": {"name": secret}})
+        if is_url(directory):
+            return  # object storage: nothing to mount
         if any(m.get("mountPath") == directory for c in containers for m in c.get("volumeMounts") or []):
             return  # the template mounts something there itself
         # The claim when there is one; else an emptyDir, so the directory is writable even with a

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubetrain import naming, quantity
 from kubetrain.api import kinds as registry
+from kubetrain.checkpoint import is_url, location_problem
 from kubetrain.client import kinds
 from kubetrain.client.errors import InvalidJobError
 
@@ -126,6 +127,9 @@ class JobSpec:
     resources: Mapping[str, Any] | None = None
     checkpoint_dir: str | None = None
     checkpoint_volume: str | None = None
+    checkpoint_secret: str | None = (
+        None  # a Secret whose keys become the containers' env (object-store credentials)
+    )
     ttl_seconds_after_finished: int | None = None
     active_deadline_seconds: int | None = None
     backoff_limit: int | None = None
@@ -177,9 +181,16 @@ class JobSpec:
             self.checkpoint_volume is None or bool(self.checkpoint_dir),
             "checkpoint_volume needs checkpoint_dir: the path where the volume is mounted in the pods",
         )
+        problem = None if self.checkpoint_dir is None else location_problem(self.checkpoint_dir)
+        _require(problem is None, f"checkpoint_dir must be {problem} (got {self.checkpoint_dir!r})")
         _require(
-            self.checkpoint_dir is None or self.checkpoint_dir.startswith("/"),
-            f"checkpoint_dir must be an absolute path inside the pods (got {self.checkpoint_dir!r})",
+            not (self.checkpoint_volume and self.checkpoint_dir and is_url(self.checkpoint_dir)),
+            "checkpoint_volume is a claim mounted at a path; an object-store checkpoint_dir needs none "
+            "(give its credentials with checkpoint_secret)",
+        )
+        _require(
+            self.checkpoint_secret is None or bool(self.checkpoint_dir),
+            "checkpoint_secret needs checkpoint_dir: the location whose credentials it holds",
         )
         if self.scheduling:
             allowed = {"min_available", "queue", "priority_class", "schedule_timeout_seconds"}
@@ -192,6 +203,8 @@ class JobSpec:
             annotations[naming.ANNOTATION_CHECKPOINT_DIR] = self.checkpoint_dir
         if self.checkpoint_volume:
             annotations[naming.ANNOTATION_CHECKPOINT_VOLUME] = self.checkpoint_volume
+        if self.checkpoint_secret:
+            annotations[naming.ANNOTATION_CHECKPOINT_SECRET] = self.checkpoint_secret
         if self.stall_timeout_seconds:
             annotations[naming.ANNOTATION_STALL_TIMEOUT] = str(self.stall_timeout_seconds)
         return {"name": self.name, "labels": dict(self.labels), "annotations": annotations}

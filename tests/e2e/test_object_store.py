@@ -3,6 +3,9 @@ checkpoint commit rests on), and a pod on the process node reaches it with the d
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import fsspec
 import pytest
 from kubernetes_asyncio import client
 
+from kubetrain.checkpoint import CheckpointManager, FencedOff
 from kubetrain.devcluster.cluster import DevCluster
 from tests.docs_commands import run_documented
 from tests.e2e.test_process_node import pod, wait_phase
@@ -63,3 +67,54 @@ async def test_a_pod_reaches_the_server_with_the_documented_secret(
     assert done.status.phase == "Succeeded", log
     assert store.cat_file(key) == b"from a pod"
     assert Path(dev_cluster.state_dir / "object-store" / "data" / key).read_bytes() == b"from a pod"
+
+
+@pytest.fixture
+def s3_location(dev_cluster: DevCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh prefix in the dev cluster's bucket, with this process's environment set as a pod's is."""
+    found = dev_cluster.object_store()
+    assert found is not None
+    for name, value in found.env().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{found.bucket}/tests/{uuid.uuid4().hex}"
+
+
+def test_checkpoints_commit_and_resume_through_the_real_s3_server(s3_location: str) -> None:
+    ckpt = CheckpointManager(s3_location, rank=0, attempt=1, keep=2)
+    for step in (10, 20, 30):
+        ckpt.save({"step": step}, step)
+    resumed = CheckpointManager(s3_location, rank=0, attempt=2)
+    assert resumed.load_latest() == ({"step": 30}, 30)
+    assert [c.step for c in resumed.checkpoints()] == [20, 30], "retention kept the newest two"
+    duplicate = CheckpointManager(s3_location, rank=0, attempt=2)
+    first, second = resumed.save({"by": "first"}, 40), duplicate.save({"by": "second"}, 40)
+    assert first is not None and second is not None and second.meta["writer"] == first.meta["writer"]
+    with pytest.raises(FencedOff):
+        ckpt.save({"stale": True}, 50)
+
+
+KILLED_AT_COMMIT = """
+import os, signal, sys
+from kubetrain.checkpoint import CheckpointManager
+ckpt = CheckpointManager(sys.argv[1], rank=0)
+ckpt.save(b"committed", 10)
+real = ckpt.fs.pipe_file
+def pipe_file(path, value, **kwargs):
+    if "/COMPLETE-" in path:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, value, **kwargs)
+ckpt.fs.pipe_file = pipe_file
+ckpt.save(b"never committed", 20)
+"""
+
+
+def test_a_writer_killed_between_its_upload_and_its_commit_leaves_the_last_committed_step(
+    s3_location: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_COMMIT, s3_location], check=False, capture_output=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    reader = CheckpointManager(s3_location, rank=0)
+    assert reader.load_latest() == (b"committed", 10)
+    assert any("step-00000020/" in key for key in reader.fs.find(reader.root)), "the upload happened"

@@ -88,6 +88,13 @@ def test_a_trainjob_from_arguments_is_a_valid_manifest() -> None:
         ({"restart_policy": "Maybe"}, "restart_policy must be one of OnFailure"),
         ({"checkpoint_volume": "pvc"}, "checkpoint_volume needs checkpoint_dir"),
         ({"checkpoint_dir": "relative/path"}, "checkpoint_dir must be an absolute path"),
+        ({"checkpoint_dir": "ftp://host/x"}, "checkpoint_dir must be an object-store URL of s3, gs"),
+        ({"checkpoint_dir": "s3://"}, "the URL names no bucket"),
+        (
+            {"checkpoint_dir": "s3://b/p", "checkpoint_volume": "pvc"},
+            "an object-store checkpoint_dir needs none",
+        ),
+        ({"checkpoint_secret": "s3"}, "checkpoint_secret needs checkpoint_dir"),
         ({"resources": {"cpu": "lots"}}, "resources.requests.cpu: 'lots' is not a Kubernetes quantity"),
         ({"scheduling": {"minAvailable": 2}}, "scheduling has unknown keys ['minAvailable']"),
     ],
@@ -95,6 +102,13 @@ def test_a_trainjob_from_arguments_is_a_valid_manifest() -> None:
 def test_a_bad_argument_is_named(overrides: dict[str, Any], named: str) -> None:
     with pytest.raises(InvalidJobError, match=named.replace("[", r"\[").replace("]", r"\]")):
         builders.pytorchjob(spec(**overrides))
+
+
+def test_an_object_store_location_and_its_secret_become_the_jobs_annotations() -> None:
+    body = builders.pytorchjob(spec(checkpoint_dir="s3://bucket/runs", checkpoint_secret="s3"))
+    annotations = body["metadata"]["annotations"]
+    assert annotations[naming.ANNOTATION_CHECKPOINT_DIR] == "s3://bucket/runs"
+    assert annotations[naming.ANNOTATION_CHECKPOINT_SECRET] == "s3"
 
 
 def test_a_stall_timeout_becomes_the_jobs_annotation() -> None:

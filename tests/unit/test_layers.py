@@ -30,6 +30,7 @@ LEAVES = (
     "kubetrain.naming",
     "kubetrain.quantity",
     "kubetrain.checkpoint",
+    "kubetrain.checkpoint_objects",
     "kubetrain.progress",
     "kubetrain.tabular",
 )

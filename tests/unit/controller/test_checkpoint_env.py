@@ -81,3 +81,28 @@ def test_a_job_without_a_lineage_label_gets_no_lineage(pods: Any) -> None:
     for pod in pods({"team": "vision"}):
         env = checkpoint_env(pod)
         assert env["KUBETRAIN_ATTEMPT"] == "2" and "KUBETRAIN_LINEAGE" not in env
+
+
+def test_an_object_store_location_mounts_nothing_and_the_secret_reaches_every_container() -> None:
+    template = {
+        "spec": {"containers": [{"name": "pytorch", "image": "img"}, {"name": "side", "image": "img"}]}
+    }
+    annotations = {
+        "kubetrain.dev/checkpoint-dir": "s3://bucket/runs/digits",
+        "kubetrain.dev/checkpoint-secret": "s3",
+    }
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "digits", "namespace": "team", "uid": "u1", "annotations": annotations},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
+    }
+    info = job_info(job, frameworks.by_name("PyTorchJob"))
+    pod = children.build_pod(info, "Master", 0, [CheckpointPlugin()])
+    assert not any(v["name"] == "kubetrain-checkpoints" for v in pod["spec"].get("volumes") or [])
+    for container in pod["spec"]["containers"]:
+        assert not container.get("volumeMounts"), "a URL is not a mount path"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["KUBETRAIN_CHECKPOINT_DIR"] == "s3://bucket/runs/digits"
+        assert container["envFrom"] == [{"secretRef": {"name": "s3"}}], "the Secret is referenced, not copied"
+        assert "AWS_SECRET_ACCESS_KEY" not in env
