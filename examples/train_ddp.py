@@ -48,7 +48,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 
-from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff
+from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff, is_url
 from kubetrain.progress import report_progress
 
 T = TypeVar("T")
@@ -240,7 +240,9 @@ def bookkeeper(
     """What to do after each step (``after_step``), ready to call; None without checkpoints."""
     if ckpt is None:
         return None
-    metrics_file = ckpt.directory / "metrics.jsonl" if rank == 0 else None
+    # Beside the checkpoints when they are on a volume; an object store keeps checkpoints only.
+    on_volume = not is_url(ckpt.location)
+    metrics_file = ckpt.directory / "metrics.jsonl" if rank == 0 and on_volume else None
     if metrics_file is not None:
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
 

@@ -561,6 +561,11 @@ class CheckpointManager:
         self.error: tuple[str, str] | None = None  # the uncaught exception: (Type: message, traceback tail)
 
     @property
+    def location(self) -> str:
+        """Where the checkpoints are: the directory, or the object-store URL."""
+        return str(self.directory)
+
+    @property
     def rank(self) -> int:
         return self._rank if self._rank is not None else current_rank()
 

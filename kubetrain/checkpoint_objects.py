@@ -196,6 +196,10 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         self.root = self.root.rstrip("/")
         self._scheme = self.url.split("://", 1)[0]
 
+    @property
+    def location(self) -> str:
+        return self.url
+
     def _url(self, key: str) -> str:
         return f"{self._scheme}://{key.lstrip('/')}"
 

@@ -19,6 +19,7 @@ from kubernetes_asyncio import client
 
 from kubetrain import checkpoint, naming
 from kubetrain.client.aio import pod_log
+from kubetrain.devcluster.cluster import DevCluster
 from tests.conftest import REPO, Kubectl, Walkthrough
 from tests.support import Jobs, eventually
 
@@ -278,6 +279,51 @@ async def test_a_resubmitted_job_resumes_from_the_same_checkpoint_dir(
     assert report["resumed_from_step"] == 60 and report["step"] == 100 and report["attempt"] == "2"
     master_log = await logs(core, namespace, "attempt-2-master-0")
     assert "resumed from checkpoint step=60" in master_log
+
+
+async def test_a_resubmitted_job_resumes_from_its_checkpoints_in_object_storage(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, dev_cluster: DevCluster
+) -> None:
+    """The same with checkpoints in the dev cluster's S3 server: nothing mounted, the credentials from a
+    Secret the job names, the commit protocol between the upload and the report."""
+    store = dev_cluster.object_store()
+    assert store is not None, "the test cluster runs its S3 server (`kubetrain dev up --object-store`)"
+    await core.create_namespaced_secret(namespace, store.secret("s3", namespace))
+    location = f"s3://{store.bucket}/{namespace}/digits"
+    opted_in = {"kubetrain.dev/checkpoint-dir": location, "kubetrain.dev/checkpoint-secret": "s3"}
+    first = digits_job(
+        "s3-attempt-1",
+        steps=100,
+        restart_policy="Never",
+        extra_args=("--fail-at-step=70",),
+        annotations=opted_in,
+    )
+    await jobs.create(first)
+    await jobs.wait_condition("s3-attempt-1", "Failed", timeout=180)
+    reported = await eventually(
+        lambda: _annotation(jobs, "s3-attempt-1", "kubetrain.dev/last-checkpoint"),
+        what="rank 0's report of its last checkpoint",
+    )
+    assert reported == f"{location}/step-00000060"
+    second = digits_job(
+        "s3-attempt-2",
+        steps=100,
+        annotations={**opted_in, "kubetrain.dev/attempt": "2", "kubetrain.dev/last-checkpoint": reported},
+    )
+    await jobs.create(second)
+    done = await jobs.wait_condition("s3-attempt-2", "Succeeded", timeout=180)
+    report = json.loads(done["metadata"]["annotations"]["kubetrain.dev/training-report"])
+    assert report["resumed_from_step"] == 60 and report["step"] == 100, report
+    assert report["last_checkpoint"] == f"{location}/step-00000100"
+    pod = await core.read_namespaced_pod("s3-attempt-2-master-0", namespace)
+    assert not pod.spec.volumes or all(v.name != "kubetrain-checkpoints" for v in pod.spec.volumes)
+    data = dev_cluster.state_dir / "object-store" / "data" / location.removeprefix("s3://")
+    committed = sorted(f"{p.parent.name}/{p.name}" for p in data.glob("step-*/COMPLETE-*"))
+    assert committed == [
+        "step-00000060/COMPLETE-a1",
+        "step-00000080/COMPLETE-a2",
+        "step-00000100/COMPLETE-a2",
+    ], "retention keeps the newest three, in the order attempts and steps rank them"
 
 
 @pytest.mark.parametrize("failure", ["DeadlineExceeded", "BackoffLimitExceeded"])
