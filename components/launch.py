@@ -70,6 +70,7 @@ class LaunchRequest:
     env: Mapping[str, Any] | None = None
     checkpoint_dir: str = ""
     checkpoint_volume: str = ""
+    checkpoint_secret: str = ""
     resume_from: str = ""
     ttl_seconds_after_finished: int = -1
     active_deadline_seconds: int = 0
@@ -161,6 +162,7 @@ class LaunchRequest:
                 resources=dict(self.resources) if self.resources else None,
                 checkpoint_dir=self.checkpoint_dir or None,
                 checkpoint_volume=self.checkpoint_volume or None,
+                checkpoint_secret=self.checkpoint_secret or None,
                 ttl_seconds_after_finished=None
                 if self.ttl_seconds_after_finished < 0
                 else self.ttl_seconds_after_finished,

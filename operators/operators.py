@@ -287,8 +287,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     :param gpus: ``nvidia.com/gpu`` per replica (per node for TrainJob).
     :param resources: requests/limits per replica, or a flat mapping such as ``{"cpu": "4", "memory": "16Gi"}``.
     :param env: environment variables (a mapping, or a list of Kubernetes EnvVar dicts).
-    :param checkpoint_dir: path in the pods where checkpoints live (opts in to checkpoint-aware resume).
+    :param checkpoint_dir: where checkpoints live (opts in to checkpoint-aware resume): a path in the pods,
+        or an object-store URL such as ``s3://bucket/prefix``.
     :param checkpoint_volume: a PersistentVolumeClaim mounted at ``checkpoint_dir`` on every replica.
+    :param checkpoint_secret: a Secret whose keys become every training container's env (the credentials
+        of an object-store ``checkpoint_dir``); referenced by name, never copied into the job.
     :param ttl_seconds_after_finished: the controller deletes the job this long after it finished.
     :param active_deadline_seconds: the job fails once it has run this long.
     :param backoff_limit: restarts allowed before the job fails (v1 kinds).
@@ -365,6 +368,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         env: Mapping[str, Any] | Sequence[Obj] | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_volume: str | None = None,
+        checkpoint_secret: str | None = None,
         ttl_seconds_after_finished: int | None = None,
         active_deadline_seconds: int | None = None,
         backoff_limit: int | None = None,
@@ -413,6 +417,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self.env = env
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_volume = checkpoint_volume
+        self.checkpoint_secret = checkpoint_secret
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.active_deadline_seconds = active_deadline_seconds
         self.backoff_limit = backoff_limit
@@ -522,6 +527,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 resources=self.resources,
                 checkpoint_dir=self.checkpoint_dir,
                 checkpoint_volume=self.checkpoint_volume,
+                checkpoint_secret=self.checkpoint_secret,
                 ttl_seconds_after_finished=self.ttl_seconds_after_finished,
                 active_deadline_seconds=self.active_deadline_seconds,
                 backoff_limit=self.backoff_limit,

@@ -41,6 +41,7 @@ from kubetrain.client.errors import (
     JobNotFoundError,
     JobTimeoutError,
 )
+from kubetrain.client.preflight import check_checkpoint_location
 from kubetrain.kube.client import close_api, settle_environment
 
 Obj = dict[str, Any]
@@ -186,6 +187,7 @@ class AsyncJobClient:
         namespace = namespace or body["metadata"].get("namespace") or "default"
         body["metadata"]["namespace"] = namespace
         kind = kinds.kind_of(body["kind"])
+        await check_checkpoint_location(self.core, body, namespace)
         extra = {"dry_run": "All"} if dry_run else {}
         try:
             created: Obj = await retrying(

@@ -3,17 +3,22 @@ checkpoint commit rests on), and a pod on the process node reaches it with the d
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
 from kubernetes_asyncio import client
 
 from kubetrain.checkpoint import CheckpointManager, FencedOff
+from kubetrain.client import AsyncJobClient, builders
+from kubetrain.client.builders import JobSpec
+from kubetrain.client.errors import InvalidJobError
 from kubetrain.devcluster.cluster import DevCluster
 from tests.docs_commands import run_documented
 from tests.e2e.test_process_node import pod, wait_phase
@@ -118,3 +123,33 @@ def test_a_writer_killed_between_its_upload_and_its_commit_leaves_the_last_commi
     reader = CheckpointManager(s3_location, rank=0)
     assert reader.load_latest() == (b"committed", 10)
     assert any("step-00000020/" in key for key in reader.fs.find(reader.root)), "the upload happened"
+
+
+async def test_a_job_whose_checkpoint_location_cannot_be_used_is_refused_before_any_pod(
+    dev_cluster: DevCluster, core: client.CoreV1Api, namespace: str, crds: None
+) -> None:
+    store = dev_cluster.object_store()
+    assert store is not None
+    await core.create_namespaced_secret(namespace, store.secret("s3", namespace))
+    await core.create_namespaced_secret(
+        namespace, dataclasses.replace(store, secret_key="wrong").secret("bad", namespace)
+    )
+
+    def job(location: str, secret: str | None) -> dict[str, Any]:
+        spec = JobSpec(
+            name=f"p-{uuid.uuid4().hex[:6]}", image="img", checkpoint_dir=location, checkpoint_secret=secret
+        )
+        return builders.pytorchjob(spec)
+
+    async with await AsyncJobClient.connect(kubeconfig=str(dev_cluster.kubeconfig)) as jobs:
+        refusals = {
+            "which namespace": job(f"s3://{store.bucket}/runs", "missing"),
+            "the bucket does not exist": job("s3://no-such-bucket/runs", "s3"),
+            "with the credentials of Secret": job(f"s3://{store.bucket}/runs", "bad"),
+        }
+        for message, manifest in refusals.items():
+            with pytest.raises(InvalidJobError, match=message):
+                await jobs.create(manifest, namespace=namespace)
+        created = await jobs.create(job(f"s3://{store.bucket}/runs", "s3"), namespace=namespace)
+        assert created["metadata"]["uid"]
+    assert not (await core.list_namespaced_pod(namespace)).items
