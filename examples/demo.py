@@ -64,27 +64,13 @@ def start_controller(cluster: DevCluster) -> None:
     dev_controller.start(cluster, console=console)
 
 
-def kubectl(cluster: DevCluster, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [str(build.binary_path("kubectl")), *args],
-        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise DemoError(f"kubectl {' '.join(args[:3])} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
 def prepare_namespace(cluster: DevCluster) -> None:
     """A fresh demo namespace with the claims the jobs checkpoint to, and the process-node runtime."""
-    kubectl(cluster, "apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
-    if kubectl(cluster, "get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").strip():
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
+    if cluster.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").strip():
         with console.status("removing the previous demo run"):
-            kubectl(cluster, "delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
-    kubectl(cluster, "create", "namespace", NAMESPACE)
+            cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
+    cluster.kubectl("create", "namespace", NAMESPACE)
     claims = [
         {
             "apiVersion": "v1",
@@ -94,8 +80,8 @@ def prepare_namespace(cluster: DevCluster) -> None:
         }
         for name in CLAIMS
     ]
-    kubectl(
-        cluster, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": claims})
+    cluster.kubectl(
+        "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": claims})
     )
     console.print(
         f"  [green]✓[/] namespace {NAMESPACE}, claims {', '.join(CLAIMS)}, runtime torch-distributed-local"

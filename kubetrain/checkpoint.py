@@ -631,7 +631,7 @@ class CheckpointManager:
 
     def _fenced_off(self, fence: int, refused: str) -> None:
         assert self.attempt is not None
-        error = FencedOff(self.attempt, fence, self.directory, refused, self.lineage)
+        error = FencedOff(self.attempt, fence, self.location, refused, self.lineage)
         if self.fenced_by is None:
             print(error, file=sys.stderr, flush=True)
         self.fenced_by = fence
@@ -646,32 +646,14 @@ class CheckpointManager:
         Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses
         the directory.
         """
-        self.last_step = step
-        if metrics:
-            self.last_metrics = dict(metrics)
-        if not self.is_writer:
+        if not self._begin_save(step, metrics):
             return None
-        self.start()
         refusal = f"save step {step}"
-        self._check_fence(refusal)
         fmt, payload = self._serialise(state)
-        meta = {
-            "step": step,
-            "format": fmt,
-            "metrics": metrics or {},
-            "time": time.time(),
-            "attempt": self._ordinal,
-        }
-        if self.lineage is not None:
-            meta["lineage"] = self.lineage
+        meta = self._meta(step, fmt, metrics)
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"step-{step:08d}"
-        # the writer in the name: cleanup tells an older attempt's dead save from a live one, and
-        # leaves another lineage's alone
-        writer = f"a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}"
-        tmp = (
-            self.directory / f".tmp-{final.name}-{writer}{'' if self.lineage is None else '@' + self.lineage}"
-        )
+        tmp = self.directory / f".tmp-{final.name}-{self._writer()}"
         tmp.mkdir()
         try:
             _write(tmp / f"state.{fmt}", payload)
@@ -696,6 +678,37 @@ class CheckpointManager:
             _discard(old)
         self._clean_up(protect=final)
         return checkpoint
+
+    def _begin_save(self, step: int, metrics: dict[str, Any] | None) -> bool:
+        """Record the step and its metrics for the report; for the writer (rank 0), start and check the
+        fence. Whether this process writes the checkpoint."""
+        self.last_step = step
+        if metrics:
+            self.last_metrics = dict(metrics)
+        if not self.is_writer:
+            return False
+        self.start()
+        self._check_fence(f"save step {step}")
+        return True
+
+    def _meta(self, step: int, fmt: str, metrics: dict[str, Any] | None) -> dict[str, Any]:
+        """What a checkpoint records of itself (its meta, or the object-store commit's manifest)."""
+        meta: dict[str, Any] = {
+            "step": step,
+            "format": fmt,
+            "metrics": metrics or {},
+            "time": time.time(),
+            "attempt": self._ordinal,
+        }
+        if self.lineage is not None:
+            meta["lineage"] = self.lineage
+        return meta
+
+    def _writer(self) -> str:
+        """A name no other save uses, that says whose it is: cleanup tells an older attempt's dead save
+        from a live one, and leaves another lineage's alone."""
+        name = f"a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}"
+        return name if self.lineage is None else f"{name}@{self.lineage}"
 
     def _publish(self, tmp: Path, final: Path, step: int) -> list[Path]:
         """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first (returned).

@@ -40,7 +40,6 @@ import os
 import re
 import sys
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,6 @@ from kubetrain.checkpoint import (
     STALE_SECONDS,
     Checkpoint,
     CheckpointManager,
-    FencedOff,
     deserialise,
     fence_mark,
     fence_of,
@@ -223,16 +221,6 @@ class ObjectStoreCheckpointManager(CheckpointManager):
             return None
         return fence_of(names, self.lineage)
 
-    def _fenced_off(self, fence: int, refused: str) -> None:
-        assert self.attempt is not None
-        error = FencedOff(self.attempt, fence, self.url, refused, self.lineage)
-        if self.fenced_by is None:
-            print(error, file=sys.stderr, flush=True)
-        self.fenced_by = fence
-        if self._report_installed:
-            self.write_report(status="fenced")
-        raise error
-
     # -- saving ----------------------------------------------------------------------------------
     def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
         """Upload ``state`` as checkpoint ``step``, then commit it (rank 0 only); apply retention.
@@ -240,33 +228,20 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         Raises ``FencedOff`` when a newer attempt of this lineage uses the location. When another
         writer of this attempt committed ``step`` first, its checkpoint is the step's and is returned.
         """
-        self.last_step = step
-        if metrics:
-            self.last_metrics = dict(metrics)
-        if not self.is_writer:
+        if not self._begin_save(step, metrics):
             return None
-        self.start()
         refusal = f"save step {step}"
-        self._check_fence(refusal)
         fmt, payload = self._serialise(state)
-        writer = f"a{self.attempt or 0}-{self._token}-{uuid.uuid4().hex[:8]}" + (
-            "" if self.lineage is None else f"@{self.lineage}"
-        )
+        writer = self._writer()
         step_prefix = f"{self.root}/step-{step:08d}"
         name = f"state.{fmt}"
         self.fs.pipe_file(f"{step_prefix}/{writer}/{name}", payload)
-        manifest: dict[str, Any] = {
-            "step": step,
-            "format": fmt,
-            "metrics": metrics or {},
-            "time": time.time(),
-            "attempt": self._ordinal,
+        manifest = {
+            **self._meta(step, fmt, metrics),
             "writer": writer,
             "world_size": int(os.environ.get("WORLD_SIZE") or 1),
             "files": [{"name": name, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}],
         }
-        if self.lineage is not None:
-            manifest["lineage"] = self.lineage
         self._check_fence(refusal)
         commit = f"{step_prefix}/{commit_name(self._ordinal, self.lineage)}"
         try:

@@ -190,16 +190,10 @@ def object_store_command(
         for name, value in store.env().items():
             typer.echo(f"export {name}={value}")
         return
-    done = subprocess.run(
-        [str(build.binary_path("kubectl")), "apply", "-f", "-"],
-        input=json.dumps(store.secret(secret, namespace)),
-        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise _fail(DevClusterError(f"creating Secret {namespace}/{secret} failed: {done.stderr.strip()}"))
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(store.secret(secret, namespace)))
+    except DevClusterError as exc:
+        raise _fail(exc) from None
     console.print(f"Secret {namespace}/{secret} holds the object store's endpoint and credentials")
 
 

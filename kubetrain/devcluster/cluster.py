@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -204,6 +205,21 @@ class DevCluster:
     def process_node_dir(self) -> Path:
         """The process node's state: its pods' files in ``pods/<uid>``."""
         return self.state_dir / "process-node"
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """Run the built kubectl on this cluster as its admin: its output, or ``DevClusterError`` with
+        what kubectl said."""
+        done = subprocess.run(
+            [str(build.binary_path("kubectl")), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=180,
+        )
+        if done.returncode != 0:
+            raise DevClusterError(f"kubectl {' '.join(args[:3])} failed: {done.stderr.strip()}")
+        return done.stdout
 
     def log_path(self, component: str) -> Path:
         return self.layout.log(component)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kubetrain.devcluster import build, process
+from kubetrain.devcluster import process
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
@@ -30,19 +30,8 @@ STARTED = "controller started"  # what its log says once it serves
 
 def install_crds(cluster: DevCluster) -> None:
     """Apply ``deploy/crds`` and wait until the API server serves every kind."""
-    for args in (
-        ("apply", "--server-side", "--force-conflicts", "-f", str(CRDS)),
-        ("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS)),
-    ):
-        done = subprocess.run(
-            [str(build.binary_path("kubectl")), *args],
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise DevClusterError(f"kubectl {args[0]} of {CRDS} failed: {done.stderr.strip()}")
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
 
 
 def start(cluster: DevCluster, *, console: Console | None = None, timeout: float = 60) -> int:
