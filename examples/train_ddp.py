@@ -48,7 +48,8 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 
-from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff, is_url
+from kubetrain.checkpoint import EXIT_FENCED, CheckpointManager, FencedOff
+from kubetrain.locations import is_url
 from kubetrain.progress import report_progress
 
 T = TypeVar("T")

@@ -94,6 +94,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, ClassVar
 
+from kubetrain.locations import is_url
+
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "KUBETRAIN_RESUME_FROM"
 ENV_ATTEMPT = "KUBETRAIN_ATTEMPT"
@@ -481,31 +483,6 @@ def scan(directory: Path) -> list[Entry]:
                 Entry(path, "tmp", int(match[1]), attempt=attempt, lineage=lineage, token=match[3], age=age)
             )
     return found
-
-
-# The object stores a checkpoint location may name (each needs its fsspec package: s3fs, gcsfs, adlfs).
-OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
-
-
-def is_url(location: str) -> bool:
-    """Whether ``location`` names an object store (``s3://…``, ``gs://…``) rather than a path."""
-    scheme, sep, _ = location.partition("://")
-    return bool(sep) and scheme not in ("", "file", "local")
-
-
-def location_problem(location: str) -> str | None:
-    """What is wrong with ``location`` as a checkpoint location, or None: it must be an absolute path
-    in the pods or ``<scheme>://bucket[/prefix]`` of a supported object store."""
-    if not is_url(location):
-        return (
-            None if location.startswith("/") else "an absolute path inside the pods, or an object-store URL"
-        )
-    scheme, _, rest = location.partition("://")
-    if scheme not in OBJECT_STORE_SCHEMES:
-        return f"an object-store URL of {', '.join(OBJECT_STORE_SCHEMES)} (not {scheme}://)"
-    if not rest.strip("/"):
-        return f"{scheme}://BUCKET or {scheme}://BUCKET/PREFIX: the URL names no bucket"
-    return None
 
 
 class CheckpointManager:

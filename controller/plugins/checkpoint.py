@@ -17,9 +17,9 @@ same directory is not taken for a stale attempt of that job.
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.checkpoint import is_url
 from kubetrain.controller.frameworks.base import env_value
 from kubetrain.controller.state import JobIdentity, JobView, Obj
+from kubetrain.locations import is_url
 
 
 def job_labels(info: JobView) -> dict[str, str]:

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubetrain import naming, quantity
 from kubetrain.api import kinds as registry
-from kubetrain.checkpoint import is_url, location_problem
 from kubetrain.client import kinds
 from kubetrain.client.errors import InvalidJobError
+from kubetrain.locations import is_url, location_problem
 
 Obj = dict[str, Any]
 RESTART_POLICIES = ("OnFailure", "Always", "Never", "ExitCode")

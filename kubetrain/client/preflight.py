@@ -23,8 +23,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from kubetrain import naming
-from kubetrain.checkpoint import is_url
 from kubetrain.client.errors import InvalidJobError
+from kubetrain.locations import is_url
 
 log = logging.getLogger("kubetrain.client")
 Obj = dict[str, Any]
