@@ -26,7 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kubetrain import naming
 from kubetrain.client.kinds import failed_replica
+from kubetrain.controller.redaction import redact
 
 Obj = dict[str, Any]
 
@@ -103,14 +105,17 @@ class FirstFailure:
         return {k: v for k, v in fields.items() if v is not None}
 
 
-def first_failure(pods: Iterable[tuple[str, int, Obj]], *, containers: bool = True) -> FirstFailure | None:
+def first_failure(
+    pods: Iterable[tuple[str, int, Obj]], *, containers: bool = True, log_tail: bool = True
+) -> FirstFailure | None:
     """The diagnosis of the earliest failure among ``(replica type, index, pod)``.
 
     A container that ended with a non-zero code (now, or before an in-place restart) comes first, the
     earliest by its end time; else a pod the cluster stopped; else one that cannot pull its image or
     cannot be scheduled (a job failed by its deadline before anything ran). None when nothing failed.
     ``containers=False`` looks only at the pods (a deadline: a container that failed and was restarted
-    is not why the job ran out of time).
+    is not why the job ran out of time). What a container said is redacted (``redaction``), and kept
+    only as the summary line with ``log_tail=False`` (the job's ``kubetrain.dev/failure-log-tail``).
     """
     pods = list(pods)
     ended = [
@@ -120,12 +125,17 @@ def first_failure(pods: Iterable[tuple[str, int, Obj]], *, containers: bool = Tr
     ]
     if ended:
         _, rtype, index, pod, terminated = min(ended, key=lambda e: e[0])
-        return _from_container(rtype, index, pod, terminated)
+        return _from_container(rtype, index, pod, terminated, log_tail=log_tail)
     for rtype, index, pod in pods:
         found = _pod_level(rtype, index, pod)
         if found is not None:
             return found
     return None
+
+
+def wants_log_tail(annotations: dict[str, str]) -> bool:
+    """Whether a job keeps the last lines of its first failed container (``kubetrain.dev/failure-log-tail``)."""
+    return str(annotations.get(naming.ANNOTATION_FAILURE_LOG_TAIL, "true")).lower() != "false"
 
 
 def classify(exit_code: int | None, reason: str, text: str) -> tuple[str, str]:
@@ -163,10 +173,10 @@ def _failed_runs(pod: Obj) -> Iterable[Obj]:
                 yield terminated
 
 
-def _from_container(rtype: str, index: int, pod: Obj, terminated: Obj) -> FirstFailure:
+def _from_container(rtype: str, index: int, pod: Obj, terminated: Obj, *, log_tail: bool) -> FirstFailure:
     code = int(terminated.get("exitCode") or 0)
     reason = str(terminated.get("reason") or "")
-    text = str(terminated.get("message") or "")
+    text = redact(str(terminated.get("message") or ""))
     category, summary = classify(code, reason, text)
     report = _report(text)
     tail = str(report.get("traceback") or "") if report is not None else text
@@ -180,7 +190,7 @@ def _from_container(rtype: str, index: int, pod: Obj, terminated: Obj) -> FirstF
         reason,
         category,
         summary,
-        _tail(tail),
+        _tail(tail) if log_tail else "",
     )
 
 

@@ -88,6 +88,7 @@ PREFIX: Final = "kubetrain.dev"
 ANNOTATION_CHECKPOINT_DIR: Final = "kubetrain.dev/checkpoint-dir"
 ANNOTATION_CHECKPOINT_VOLUME: Final = "kubetrain.dev/checkpoint-volume"
 ANNOTATION_CHECKPOINT_SECRET: Final = "kubetrain.dev/checkpoint-secret"  # its keys: the containers' env
+ANNOTATION_FAILURE_LOG_TAIL: Final = "kubetrain.dev/failure-log-tail"  # "false": no log lines in the status
 ANNOTATION_LAST_CHECKPOINT: Final = "kubetrain.dev/last-checkpoint"
 ANNOTATION_TRAINING_REPORT: Final = "kubetrain.dev/training-report"
 ANNOTATION_ATTEMPT: Final = "kubetrain.dev/attempt"

@@ -439,7 +439,11 @@ class TrainJobReconciler(JobReconciler):
         """Write the terminal status, then clean up: a failed write leaves every pod in place."""
         cond.remove(ctx.status, REPLICA_FAILURE)  # a finished job creates nothing more
         if not complete:
-            first = diagnosis.first_failure(_replicas(ctx.pods), containers=reason != cond.DEADLINE_EXCEEDED)
+            first = diagnosis.first_failure(
+                _replicas(ctx.pods),
+                containers=reason != cond.DEADLINE_EXCEEDED,
+                log_tail=diagnosis.wants_log_tail(ctx.job["metadata"].get("annotations") or {}),
+            )
             if first is not None:
                 ctx.status["firstFailure"] = first.as_status()
                 message = f"{message}; {first.describe()}"

@@ -316,6 +316,7 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
         first = diagnosis.first_failure(
             ((rtype, index, pod) for (rtype, index), pod in sorted(obs.pods.items())),
             containers=reason != cond.DEADLINE_EXCEEDED,
+            log_tail=diagnosis.wants_log_tail(info.annotations),
         )
         if first is not None and reason != FENCED:
             status["firstFailure"] = first.as_status()

@@ -215,6 +215,25 @@ def test_a_never_policy_worker_failing_fails_the_job_naming_the_pod_and_code() -
     )
 
 
+@pytest.mark.parametrize("tail", [True, False], ids=["tail kept", "tail turned off"])
+def test_a_secret_in_the_failed_containers_output_never_reaches_the_status(tail: bool) -> None:
+    annotations = {} if tail else {"kubetrain.dev/failure-log-tail": "false"}
+    cluster = running(pytorchjob("leaky", workers=1, annotations=annotations, run_policy={"backoffLimit": 0}))
+    said = (
+        "db=postgresql://trainer:hunter2@db/runs\nTraceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\nValueError: bad token=abcd1234efgh'
+    )
+    cluster.set("leaky-worker-0", "Failed", code=1)
+    terminated = cluster.pods["leaky-worker-0"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated["message"] = said
+    d = cluster.step()
+    first = cluster.job["status"]["firstFailure"]
+    written = json.dumps([cluster.job["status"], [e.message for e in d.events]])
+    assert "hunter2" not in written and "abcd1234efgh" not in written
+    assert first["summary"] == "ValueError: bad token=***"
+    assert ("logTail" in first) is tail
+
+
 def test_a_failed_job_names_the_replica_that_failed_first_with_its_category_and_log_tail() -> None:
     cluster = running(pytorchjob("oom", workers=2, run_policy={"backoffLimit": 0}))
     traceback = "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"
