@@ -145,15 +145,11 @@ def plan_retention(
         mark = _COMMIT.match(key.rsplit("/", 1)[-1])
         if mark and key not in standing and mark[2] == lineage and int(mark[1]) < attempt:
             commits.append(key)
-    named = {
-        key
-        for key, _ in listing.files.items()
-        for c in chosen
-        if c not in doomed and key.startswith(f"{str(c.path).rsplit('/', 1)[0]}/{c.meta.get('writer')}/")
-    }
+    kept = tuple(_files_of(c) for c in chosen if c not in doomed)
+    gone = tuple(_files_of(c) for c in doomed)
     files = []
     for key, (_, age) in listing.files.items():
-        if key in named:
+        if key.startswith(kept):
             continue
         writer = _WRITER.match(key.rsplit("/", 2)[-2]) if key.count("/") >= 2 else None
         if writer is None or writer[2] != lineage:
@@ -161,13 +157,14 @@ def plan_retention(
         written_by = int(writer[1]) or 1
         if written_by > attempt:
             continue
-        if (fencing and written_by < attempt) or age > STALE_SECONDS or _of_doomed(key, doomed):
+        if (fencing and written_by < attempt) or age > STALE_SECONDS or key.startswith(gone):
             files.append(key)
     return commits + files
 
 
-def _of_doomed(key: str, doomed: list[Checkpoint]) -> bool:
-    return any(key.startswith(f"{str(c.path).rsplit('/', 1)[0]}/{c.meta.get('writer')}/") for c in doomed)
+def _files_of(checkpoint: Checkpoint) -> str:
+    """The prefix of the files a commit names: its writer's, beside the commit."""
+    return f"{str(checkpoint.path).rsplit('/', 1)[0]}/{checkpoint.meta.get('writer')}/"
 
 
 class ObjectStoreCheckpointManager(CheckpointManager):
@@ -321,7 +318,7 @@ class ObjectStoreCheckpointManager(CheckpointManager):
     def load(self, checkpoint: Checkpoint, *, map_location: Any = None, weights_only: bool = False) -> Any:
         """The state of a committed checkpoint, its SHA-256 checked against the manifest."""
         [entry] = checkpoint.meta["files"]
-        key = f"{str(checkpoint.path).rsplit('/', 1)[0]}/{checkpoint.meta['writer']}/{entry['name']}"
+        key = f"{_files_of(checkpoint)}{entry['name']}"
         data = self.fs.cat_file(key)
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise ValueError(f"{self._url(key)} does not match its commit's checksum: the object was changed")
