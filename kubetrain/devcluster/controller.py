@@ -15,23 +15,21 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from rich.console import Console
 
-from kubetrain.devcluster import process
+from kubetrain.devcluster import paths, process
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
 NAME = "controller"
-CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 STARTED = "controller started"  # what its log says once it serves
 
 
 def install_crds(cluster: DevCluster) -> None:
     """Apply ``deploy/crds`` and wait until the API server serves every kind."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(paths.CRDS))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(paths.CRDS))
 
 
 def start(cluster: DevCluster, *, console: Console | None = None, timeout: float = 60) -> int:

@@ -30,15 +30,14 @@ from __future__ import annotations
 import base64
 import re
 import shutil
-import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kubetrain.api import kinds
-from kubetrain.devcluster import build
+from kubetrain.devcluster import build, paths
 from kubetrain.devcluster.errors import DevClusterError
 
 NAMESPACE = "kueue-system"
@@ -49,7 +48,6 @@ INTEGRATIONS: dict[str, tuple[str, str]] = {
 }
 KUEUE_GROUP = "kueue.x-k8s.io"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
-CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 
 
 def configuration(
@@ -166,38 +164,26 @@ def crd_files(kueue_source: Path, jobset_source: Path) -> list[Path]:
     return [*kueue_crds, *jobset_crds]
 
 
-def _kubectl(kubeconfig: Path, *args: str) -> None:
-    done = subprocess.run(
-        [str(build.binary_path("kubectl")), f"--kubeconfig={kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
-    )
-    if done.returncode != 0:
-        raise DevClusterError(f"kubectl {' '.join(args[:2])} for Kueue failed: {done.stderr.strip()}")
-
-
 def _write_all(path: Path, objects: Iterable[dict[str, Any]]) -> Path:
     path.write_text(yaml.safe_dump_all(list(objects), sort_keys=False))
     return path
 
 
-def install(*, kubeconfig: Path, workdir: Path, webhook_port: int, ca_bundle: bytes) -> None:
-    """Install what Kueue needs before its manager starts: kubetrain's CRDs (so Kueue's integrations
-    find their kinds at start, not after a backoff of up to two minutes), Kueue's and JobSet's CRDs,
-    its namespace and webhooks."""
+def install(*, kubectl: Callable[..., str], workdir: Path, webhook_port: int, ca_bundle: bytes) -> None:
+    """Install what Kueue needs before its manager starts, with ``kubectl`` (the cluster's): kubetrain's
+    CRDs (so Kueue's integrations find their kinds at start, not after a backoff of up to two minutes),
+    Kueue's and JobSet's CRDs, its namespace and webhooks."""
     source = build.kueue_source()
     jobset = build.module_source(
         JOBSET_MODULE, required_version((source / "go.mod").read_text(), JOBSET_MODULE)
     )
-    files = [*sorted(CRD_DIR.glob("*.yaml")), *crd_files(source, jobset)]
+    files = [*sorted(paths.CRDS.glob("*.yaml")), *crd_files(source, jobset)]
     file_args = [arg for file in files for arg in ("-f", str(file))]
-    _kubectl(kubeconfig, "apply", "--server-side", *file_args)
-    _kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *file_args)
+    kubectl("apply", "--server-side", *file_args)
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *file_args)
     manifests = (source / "config" / "components" / "webhook" / "manifests.yaml").read_text()
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         *webhook_configurations(manifests, port=webhook_port, ca_bundle=ca_bundle),
     ]
-    _kubectl(kubeconfig, "apply", "--server-side", "-f", str(_write_all(workdir / "objects.yaml", objects)))
+    kubectl("apply", "--server-side", "-f", str(_write_all(workdir / "objects.yaml", objects)))

@@ -34,6 +34,10 @@ class ObjectStore:
     bucket: str = BUCKET
     region: str = REGION
 
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
     def env(self) -> dict[str, str]:
         """What an S3 client needs, as the AWS SDKs (and so s3fs and fsspec) read it from the environment."""
         return {
@@ -79,8 +83,16 @@ class Layout:
 
 def command(binary: str, store: ObjectStore, data: Path) -> list[str]:
     """The server's command line (the credentials go in its environment, not in ``ps``)."""
-    port = store.endpoint.rsplit(":", 1)[1]
-    return [binary, "--port", f"127.0.0.1:{port}", "--region", store.region, "--quiet", "posix", str(data)]
+    return [
+        binary,
+        "--port",
+        f"127.0.0.1:{store.port}",
+        "--region",
+        store.region,
+        "--quiet",
+        "posix",
+        str(data),
+    ]
 
 
 def server_env(store: ObjectStore) -> dict[str, str]:

@@ -24,6 +24,9 @@ from kubetrain.devcluster.errors import DevClusterError
 
 StateT = TypeVar("StateT")
 
+# The checkout kubetrain runs from (installed editable for development): the DAGs, the CRDs, `.venv`.
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "deploy" / "crds"
 CACHE_ENV = "KUBETRAIN_CACHE"
 STATE_ENV = "KUBETRAIN_DEV_STATE"
 

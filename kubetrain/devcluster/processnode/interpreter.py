@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import kubetrain
+from kubetrain.devcluster import paths
 from kubetrain.devcluster.errors import DevClusterError
 
 ENV = "KUBETRAIN_POD_PYTHON"
@@ -49,8 +49,7 @@ def has_training_modules(python: str) -> bool:
 
 def candidates(workdir: Path) -> list[str]:
     """Where a default is looked for, in order (existing files only, each once)."""
-    checkout = Path(kubetrain.__file__).resolve().parents[1]
-    found = [sys.executable, *(str(d / ".venv" / "bin" / "python") for d in (workdir, checkout))]
+    found = [sys.executable, *(str(d / ".venv" / "bin" / "python") for d in (workdir, paths.REPO))]
     return list(dict.fromkeys(p for p in found if Path(p).is_file()))
 
 
