@@ -249,7 +249,6 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool, wide: bool = False) -> Grid
     )
     for job in jobs:
         state = kinds.state(job)
-        status = job.get("status") or {}
         replicas = ",".join(  # one field, so awk counts columns as the header does
             f"{r}:{c.get('active', 0)}/{c.get('succeeded', 0)}/{c.get('failed', 0)}"
             for r, c in kinds.replica_counts(job).items()
@@ -257,7 +256,6 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool, wide: bool = False) -> Grid
         checkpoint = (job["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT, "")
         reported = kinds.trainer_status(job)
         eta = reported.get("estimatedRemainingSeconds")
-        restarts = status.get("restartCount") or status.get("restarts") or 0
         grid.add_row(
             *([job["metadata"]["namespace"]] if namespaces else []),
             job["kind"],
@@ -268,7 +266,7 @@ def jobs_table(jobs: list[Obj], *, namespaces: bool, wide: bool = False) -> Grid
             "-" if eta is None else kinds.duration(eta),
             checkpoint or "-",
             age(job),
-            *([str(restarts), kinds.progress_line(job) or "-"] if wide else []),
+            *([str(kinds.restarts(job)), kinds.progress_line(job) or "-"] if wide else []),
         )
     return grid
 

@@ -252,6 +252,12 @@ def _asks_suspend(job: Obj) -> bool:
     return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
 
 
+def restarts(job: Obj) -> int:
+    """How often the job was restarted: a v1 job's ``restartCount``, a TrainJob's ``restarts``."""
+    status = job.get("status") or {}
+    return int(status.get("restartCount") or status.get("restarts") or 0)
+
+
 def status_line(job: Obj, *, waiting: str | None = None) -> str:
     """One line saying what the job is doing: state, its queue while Kueue holds it (``waiting``: the
     Workload's reason, ``admission_wait``), replica counts, progress, restarts, last checkpoint."""
@@ -266,9 +272,8 @@ def status_line(job: Obj, *, waiting: str | None = None) -> str:
     progress = progress_line(job)
     if progress:
         parts.append(progress)
-    restarts = status.get("restartCount") or status.get("restarts")
-    if restarts:
-        parts.append(f"restarts {restarts}")
+    if count := restarts(job):
+        parts.append(f"restarts {count}")
     if status.get("disruptions"):
         parts.append(f"disruptions {disruptions_line(status)}")
     checkpoint = (meta.get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT) or report(job).get(
