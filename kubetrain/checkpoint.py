@@ -485,6 +485,12 @@ def scan(directory: Path) -> list[Entry]:
     return found
 
 
+def configured_location(directory: str | Path | None) -> str:
+    """The checkpoint location a manager is for: ``directory``, else ``$KUBETRAIN_CHECKPOINT_DIR``
+    (empty when neither is given)."""
+    return str(directory if directory is not None else os.environ.get(ENV_DIR) or "")
+
+
 class CheckpointManager:
     """Save, find and load checkpoints in one directory; report the last one when the process ends.
 
@@ -493,8 +499,7 @@ class CheckpointManager:
     protocol that needs no rename."""
 
     def __new__(cls, directory: str | Path | None = None, *args: Any, **kwargs: Any) -> CheckpointManager:
-        location = str(directory if directory is not None else os.environ.get(ENV_DIR) or "")
-        if cls is CheckpointManager and is_url(location):
+        if cls is CheckpointManager and is_url(configured_location(directory)):
             from kubetrain.checkpoint_objects import ObjectStoreCheckpointManager  # it builds on this module
 
             return super().__new__(ObjectStoreCheckpointManager)
@@ -509,7 +514,7 @@ class CheckpointManager:
         attempt: int | None = None,
         lineage: str | None = None,
     ) -> None:
-        configured = directory if directory is not None else os.environ.get(ENV_DIR)
+        configured = configured_location(directory)
         if not configured:
             raise ValueError(f"no checkpoint directory: pass one, or set ${ENV_DIR}")
         if keep < 1:

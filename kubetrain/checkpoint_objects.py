@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.checkpoint import (
-    ENV_DIR,
     ENV_RESUME_FROM,
     FENCE_DIR,
     STALE_SECONDS,
     Checkpoint,
     CheckpointManager,
+    configured_location,
     deserialise,
     fence_mark,
     fence_of,
@@ -183,7 +183,7 @@ class ObjectStoreCheckpointManager(CheckpointManager):
     ) -> None:
         import fsspec  # the objectstore extra (s3fs), or the store's own fsspec package
 
-        location = str(directory if directory is not None else os.environ.get(ENV_DIR) or "")
+        location = configured_location(directory)
         super().__init__(location, keep=keep, rank=rank, attempt=attempt, lineage=lineage)
         self.url = location.rstrip("/")
         options = {"use_listings_cache": False, "skip_instance_cache": True, **(storage_options or {})}
