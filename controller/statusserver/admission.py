@@ -1,5 +1,6 @@
 """What the status server takes before it answers 429: rate limits that refuse instead of queueing,
-and a memory of refused tokens.
+and a memory of the verdicts it gave (an allowed token for ``VERDICT_TTL``, a refused one for
+``REFUSAL_TTL``).
 
 Anyone who can reach the endpoint can send it requests, and an unknown token used to cost one
 TokenReview each, with no limit, on the client the controller's own writes queue behind: enough
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 
 REVIEWS_QPS, REVIEWS_BURST = 20.0, 40  # TokenReviews of the whole server (unknown tokens)
 REPORTS_QPS, REPORTS_BURST = 1.0, 10  # reports of one token: kubetrain.progress reports every 5 s
+VERDICT_TTL = 60.0  # seconds an allowed (token, path) is trusted without asking again
 REFUSAL_TTL = 30.0  # seconds a refused (token, path) is answered from memory
-MAX_KEYS = 4096  # tokens and refusals remembered at most (oldest forgotten first)
+MAX_KEYS = 4096  # tokens and verdicts remembered at most (oldest forgotten first)
 
 
 @dataclass
@@ -52,26 +54,26 @@ class Limiter:
         return (1 - bucket.tokens) / self.qps
 
 
-class Refusals:
-    """Refused (token, path) pairs and their answer, for ``ttl`` seconds each."""
+class Verdicts:
+    """The answers given to (token, path) pairs, each for the seconds it was given for, at most
+    ``max_keys`` of them (the oldest forgotten first)."""
 
-    def __init__(
-        self, clock: Callable[[], float], ttl: float = REFUSAL_TTL, max_keys: int = MAX_KEYS
-    ) -> None:
-        self.clock, self.ttl, self.max_keys = clock, ttl, max_keys
-        self._refused: dict[tuple[str, str], tuple[float, int, str]] = {}
+    def __init__(self, clock: Callable[[], float], max_keys: int = MAX_KEYS) -> None:
+        self.clock, self.max_keys = clock, max_keys
+        self._given: dict[tuple[str, str], tuple[float, int, str]] = {}
 
     def get(self, key: tuple[str, str]) -> tuple[int, str] | None:
-        found = self._refused.get(key)
+        found = self._given.get(key)
         if found is None or found[0] <= self.clock():
-            self._refused.pop(key, None)
+            self._given.pop(key, None)
             return None
         return found[1], found[2]
 
-    def remember(self, key: tuple[str, str], status: int, reason: str) -> None:
-        self._refused[key] = (self.clock() + self.ttl, status, reason)
-        if len(self._refused) > self.max_keys:
-            del self._refused[next(iter(self._refused))]
+    def remember(self, key: tuple[str, str], status: int, reason: str, *, ttl: float) -> None:
+        self._given.pop(key, None)  # most recently given last
+        self._given[key] = (self.clock() + ttl, status, reason)
+        if len(self._given) > self.max_keys:
+            del self._given[next(iter(self._given))]
 
 
 def retry_after(seconds: float) -> str:

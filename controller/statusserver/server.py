@@ -3,7 +3,7 @@
 One route, Kubeflow Trainer's: ``POST <job's API path>/status`` with ``{"trainerStatus": {...}}``
 and a projected ServiceAccount token as the bearer. Each report is authenticated first, before its
 body is read: a TokenReview (audience: the path), then the pod the token is bound to and the job
-that pod must belong to, by uid (``authz``). An allowed verdict is remembered for ``VERDICT_TTL``
+that pod must belong to, by uid (``authz``). An allowed verdict is remembered for ``admission.VERDICT_TTL``
 seconds per token and path, so a job reporting every 5 s costs the API server one write per report,
 not four requests; a refusal is remembered too, and what a client may cost is budgeted
 (``admission``: 429 past it). The server's API calls have a rate budget of their own, so reports
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kubetrain.controller.statusserver")
 Obj = dict[str, Any]
-VERDICT_TTL = 60.0  # seconds an allowed (token, path) is trusted without asking again
-MAX_VERDICTS = 4096
 MAX_BODY = 32 * 1024  # a full report (256 metrics of 64-character names and values) is about 40 KB less
 MAX_REPORT = 16 * 1024  # what one report may store on its job (a v1 job keeps it in an annotation)
 MAX_ETA = 2**31 - 1  # seconds: the API server's int32 limit, about 68 years
@@ -123,9 +121,7 @@ class StatusServer:
     def __init__(self, kube: KubeClient, cert: ServingCert, *, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.cert = cert
-        self.clock = clock
-        self._allowed: dict[tuple[str, str], float] = {}
-        self._refused = admission.Refusals(clock)
+        self._verdicts = admission.Verdicts(clock)
         self._reviews = admission.Limiter(admission.REVIEWS_QPS, admission.REVIEWS_BURST, clock)
         self._reports = admission.Limiter(admission.REPORTS_QPS, admission.REPORTS_BURST, clock)
 
@@ -150,10 +146,10 @@ class StatusServer:
         token = token.strip()
         try:
             verdict = await self.verdict(token, target)
-            wait = self._reports.take(token) if verdict.allowed else None
-            if wait is not None:
-                return _answer(Verdict(429, "reporting too often; send the next report later"), wait)
             if verdict.allowed:
+                wait = self._reports.take(token)
+                if wait is not None:
+                    return _answer(Verdict(429, "reporting too often; send the next report later"), wait)
                 try:
                     status = parse_report(await request.read())
                 except ValueError as exc:
@@ -186,22 +182,16 @@ class StatusServer:
     async def verdict(self, token: str, target: Target) -> Verdict:
         """Whether ``token`` may report for ``target``: TokenReview, then the pod it is bound to and
         the job; raises ``ReviewBudgetSpentError`` when the server's TokenReview budget is spent."""
-        key, now = (token, target.path), self.clock()
-        if self._allowed.get(key, 0.0) > now:
-            return Verdict(200, "ok")
-        refused = self._refused.get(key)
-        if refused is not None:
-            return Verdict(*refused)
+        key = (token, target.path)
+        known = self._verdicts.get(key)
+        if known is not None:
+            return Verdict(*known)
         wait = self._reviews.take()
         if wait is not None:
             raise ReviewBudgetSpentError(wait)
         verdict = await self._review(token, target)
-        if verdict.allowed:
-            if len(self._allowed) >= MAX_VERDICTS:
-                self._allowed = {k: t for k, t in self._allowed.items() if t > now}
-            self._allowed[key] = now + VERDICT_TTL
-        else:
-            self._refused.remember(key, verdict.status, verdict.reason)
+        ttl = admission.VERDICT_TTL if verdict.allowed else admission.REFUSAL_TTL
+        self._verdicts.remember(key, verdict.status, verdict.reason, ttl=ttl)
         return verdict
 
     async def _review(self, token: str, target: Target) -> Verdict:

@@ -338,8 +338,8 @@ def test_a_limiter_refuses_with_the_wait_and_forgets_the_oldest_keys() -> None:
     for key in ("b", "c", "d"):
         limiter.take(key)
     assert "a" not in limiter._buckets and len(limiter._buckets) == 3
-    refusals = admission.Refusals(clock, ttl=10)
-    refusals.remember(("t", "/p"), 401, "no")
+    refusals = admission.Verdicts(clock)
+    refusals.remember(("t", "/p"), 401, "no", ttl=10)
     assert refusals.get(("t", "/p")) == (401, "no")
     clock.now += 10
     assert refusals.get(("t", "/p")) is None
