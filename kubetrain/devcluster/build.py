@@ -20,6 +20,12 @@ runs a stale binary. Its CRDs and webhook manifests are read from the same modul
 in the Go module cache (``module_source``), never copied into the repository. The S3 server
 (versitygw, ``kubetrain dev up --object-store``) is ``go install``-ed the same way.
 
+The go commands run in an environment of the build's own (``go_build_env``): whatever the
+caller's environment or go env file says, a module is checked against the committed ``go.sum`` and
+the Go checksum database, never updated, replaced or fetched around them
+(docs/security.md#the-supply-chain). Only where modules come from (``GOPROXY``) and where they are
+kept are the caller's.
+
 A build is idempotent: each binary has a stamp holding a digest of everything
 that determines its bytes (module files, package, flags, Go version); a binary
 whose stamp matches is left alone and reported as up to date.
@@ -35,8 +41,9 @@ import shutil
 import subprocess
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -120,6 +127,97 @@ def binary_path(name: str) -> Path:
     return path
 
 
+# The go command's settings that decide which bytes of a module a build trusts: whether the checksum
+# database is asked (GOSUMDB, GONOSUMDB, GOPRIVATE), whether a module may be fetched around the proxy
+# or over plain HTTP (GONOPROXY, GOINSECURE, GOVCS), whether go.mod and go.sum may be updated, swapped
+# or bypassed (GOFLAGS=-mod=mod, -modfile, -insecure, -toolexec; a go.work named by GOWORK or found
+# above the module), which toolchain runs (GOTOOLCHAIN), and the go env file that can set all of them
+# (GOENV). The build sets each itself; a caller's values are ignored. GONOSUMCHECK and GONOVERIFY
+# are no setting of today's go command, and are dropped all the same.
+GO_ENV_IGNORED = frozenset(
+    {
+        "GOFLAGS",
+        "GOSUMDB",
+        "GONOSUMDB",
+        "GONOSUMCHECK",
+        "GONOVERIFY",
+        "GOPRIVATE",
+        "GONOPROXY",
+        "GOINSECURE",
+        "GOVCS",
+        "GOWORK",
+        "GOTOOLCHAIN",
+        "GOENV",
+    }
+)
+# What the build keeps of the caller's go settings (from the environment or the go env file, as
+# `go env` resolves them): where modules come from and where they and the build cache are kept.
+# The proxy serves bytes that go.sum and the checksum database then check.
+GO_ENV_KEPT = ("GOPROXY", "GOAUTH", "GOPATH", "GOMODCACHE", "GOCACHE")
+CHECKSUM_DB = "sum.golang.org"
+# The names under which the go command knows sum.golang.org's public key (it has it built in); any other
+# GOSUMDB (off, another database, or sum.golang.org with a key of the caller's) is replaced.
+_CHECKSUM_DB_NAMES = ("sum.golang.org", "sum.golang.google.cn")
+BUILD_GOFLAGS = "-mod=readonly -buildvcs=false"
+
+
+def _is_checksum_db(value: str) -> bool:
+    """Whether GOSUMDB names sum.golang.org by its built-in key: the name alone, or with the URL of a
+    mirror (which serves signed answers, so it can only withhold them)."""
+    words = value.split()
+    return 1 <= len(words) <= 2 and words[0] in _CHECKSUM_DB_NAMES
+
+
+def go_build_env(
+    environ: Mapping[str, str], settings: Mapping[str, str], *, goflags: str = BUILD_GOFLAGS
+) -> dict[str, str]:
+    """The environment of every go command of the build, from the caller's ``environ`` and its go
+    ``settings`` as ``go env -json`` resolves them.
+
+    The settings in GO_ENV_IGNORED are the build's own: ``goflags`` (``-mod=readonly``: go.mod and
+    go.sum are never updated, so every module is one go.sum names, with its hash), the checksum
+    database ``sum.golang.org`` (or the caller's name for it, perhaps with a mirror's URL), no
+    workspace, the local toolchain, and no go env file (``GOENV=off``), which could set them all again.
+    The caller's proxy, its credentials and the module and build caches are kept (GO_ENV_KEPT); the
+    rest of ``environ`` is passed on, with cgo off unless the caller turned it on.
+    """
+    env = {key: value for key, value in environ.items() if key not in GO_ENV_IGNORED}
+    env.update({key: settings[key] for key in GO_ENV_KEPT if settings.get(key)})
+    sumdb = settings.get("GOSUMDB", "")
+    env.update(
+        GOENV="off",
+        GOFLAGS=goflags,
+        GOSUMDB=sumdb if _is_checksum_db(sumdb) else CHECKSUM_DB,
+        GOWORK="off",
+        GOTOOLCHAIN="local",
+    )
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+@cache
+def _go_settings(go: str) -> dict[str, str]:
+    """The caller's go settings that go_build_env keeps or checks, as the go command resolves them
+    (environment first, then the go env file); read with the local toolchain."""
+    done = subprocess.run(
+        [go, "env", "-json", *GO_ENV_KEPT, "GOSUMDB"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": BUILD_GOFLAGS, "GOWORK": "off"},
+    )
+    try:
+        settings = json.loads(done.stdout) if done.returncode == 0 else {}
+    except ValueError:
+        settings = {}
+    return {str(key): str(value) for key, value in settings.items()}
+
+
+def _go_env(goflags: str = BUILD_GOFLAGS) -> dict[str, str]:
+    go = shutil.which("go") or "go"
+    return go_build_env(os.environ, _go_settings(go), goflags=goflags)
+
+
 def go_executable() -> str:
     """The Go toolchain, checked to be new enough for the wrapper modules."""
     go = shutil.which("go")
@@ -127,7 +225,9 @@ def go_executable() -> str:
         raise DevClusterError(
             "no Go toolchain on PATH; install Go >= {}.{} (https://go.dev/dl) and retry".format(*MIN_GO)
         )
-    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, check=False, env=_go_env()
+    ).stdout
     match = re.match(r"go(\d+)\.(\d+)", out.strip())
     if match and (int(match[1]), int(match[2])) < MIN_GO:
         raise DevClusterError(
@@ -152,7 +252,7 @@ def module_source(module: str, version: str) -> Path:
         check=False,
         timeout=600,
         cwd=paths.cache_dir(),
-        env={**_go_env(), "GOFLAGS": "-mod=mod"},
+        env=_go_env(goflags="-mod=mod"),
     )
     try:
         info = json.loads(done.stdout)
@@ -194,7 +294,7 @@ def upstream_operator(console: Console | None = None) -> Path:
         text=True,
         check=False,
         cwd=paths.cache_dir(),
-        env={**_go_env(), "GOBIN": str(paths.bin_dir()), "GOFLAGS": ""},
+        env={**_go_env(goflags="-buildvcs=false"), "GOBIN": str(paths.bin_dir())},
     )
     if done.returncode != 0:
         raise DevClusterError(
@@ -250,13 +350,6 @@ def _prepare_module(module: str) -> Path:
         if not target.exists() or target.read_bytes() != data:
             target.write_bytes(data)
     return workdir
-
-
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("CGO_ENABLED", "0")
-    env.setdefault("GOFLAGS", "-mod=readonly")
-    return env
 
 
 def _count_deps(go: str, workdir: Path, package: str) -> int:
@@ -324,7 +417,7 @@ def build(
         raise DevClusterError(f"unknown binary {sorted(unknown)}; choose from {', '.join(BINARIES)}")
     go = go_executable()
     go_version = subprocess.run(
-        [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
+        [go, "env", "GOVERSION"], capture_output=True, text=True, check=True, env=_go_env()
     ).stdout.strip()
     paths.bin_dir().mkdir(parents=True, exist_ok=True)
     targets = [t for t in TARGETS if t.binary in wanted]
