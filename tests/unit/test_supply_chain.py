@@ -1,16 +1,187 @@
-"""What CI builds is what was reviewed (docs/security.md#the-supply-chain): the control plane from the
-committed go.sum, whatever the caller's go settings say."""
+"""What CI installs and builds is what was reviewed (docs/security.md#the-supply-chain): every Python
+package from a lock, pinned and hashed, that matches pyproject.toml; and the control plane built from
+the committed go.sum whatever the caller's go settings say."""
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from kubetrain.devcluster import build
+from tests.docs_commands import documented
 
 REPO = Path(__file__).resolve().parents[2]
+MAKEFILE = (REPO / "Makefile").read_text()
+
+
+# --- the Python locks -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: Version
+    hashes: int
+    via: frozenset[str]
+
+
+def pins(lock: Path) -> list[Pin]:
+    """The entries of a lock written by `uv pip compile --generate-hashes` (annotations split)."""
+    found = []
+    for block in re.split(r"\n(?=[A-Za-z0-9])", lock.read_text()):
+        head = re.match(r"([A-Za-z0-9._-]+)==([^\s;\\]+)", block)
+        if head is None:
+            continue
+        via = re.findall(r"^    #(?: via |   )(.+)$", block, re.M)
+        found.append(
+            Pin(
+                canonicalize_name(head[1]),
+                Version(head[2]),
+                block.count("--hash=sha256:"),
+                frozenset(v.strip() for v in via if v.strip() != "via"),
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class LockRecipe:
+    """One line of `make lock`: the lock it writes and what it is resolved from."""
+
+    lock: str
+    extras: tuple[str, ...]
+    inputs: tuple[str, ...]  # requirements/*.in files
+
+
+def lock_recipes() -> list[LockRecipe]:
+    recipe = MAKEFILE.split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    found = []
+    for line in recipe.splitlines()[1:]:
+        if "$(LOCK)" not in line:
+            continue
+        found.append(
+            LockRecipe(
+                lock=re.search(r"-o (\S+)", line)[1],  # type: ignore[index]
+                extras=tuple(re.findall(r"--extra (\S+)", line)),
+                inputs=tuple(re.findall(r"(requirements/\S+\.in)\b", line)),
+            )
+        )
+    return found
+
+
+def wanted(recipe: LockRecipe) -> list[Requirement]:
+    """The requirements a lock must satisfy: kubetrain's own and its extras', and its .in files'."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra in recipe.extras:
+        lines += project["optional-dependencies"][extra]
+    for name in recipe.inputs:
+        lines += [
+            line.strip()
+            for line in (REPO / name).read_text().splitlines()
+            if line.strip()[:1] not in ("", "#")
+        ]
+    return [Requirement(line) for line in lines]
+
+
+def top_level(pin: Pin, recipe: LockRecipe) -> bool:
+    sources = {"kubetrain (pyproject.toml)", *(f"-r {name}" for name in recipe.inputs)}
+    return bool(pin.via & sources)
+
+
+def test_make_lock_writes_a_lock_for_every_environment() -> None:
+    locks = {r.lock for r in lock_recipes()}
+    assert locks == {f"requirements/{name}.txt" for name in ("dev", "airflow3", "airflow2", "kfp", "sdk")}
+    assert all((REPO / lock).exists() for lock in locks)
+    for recipe in lock_recipes():
+        # kubetrain is built with the lock's setuptools
+        assert "requirements/build.in" in recipe.inputs
+
+
+@pytest.mark.parametrize("recipe", lock_recipes(), ids=lambda r: Path(r.lock).stem)
+def test_a_lock_is_up_to_date_with_pyproject_and_its_inputs(recipe: LockRecipe) -> None:
+    """A requirement added to pyproject.toml or a requirements/*.in file, or one whose range no longer
+    holds the pinned version, fails here until `make lock` has been run; so does one removed."""
+    locked = pins(REPO / recipe.lock)
+    required = wanted(recipe)
+    names = {canonicalize_name(r.name) for r in required}
+    listed = {p.name for p in locked if top_level(p, recipe)}
+    assert listed == names, (
+        f"{recipe.lock} is stale (run `make lock`): not locked {sorted(names - listed)}, "
+        f"no longer required {sorted(listed - names)}"
+    )
+    for requirement in required:
+        for pin in (p for p in locked if p.name == canonicalize_name(requirement.name)):
+            assert requirement.specifier.contains(pin.version, prereleases=True), (
+                f"{recipe.lock} pins {pin.name}=={pin.version}, outside {requirement} (run `make lock`)"
+            )
+
+
+@pytest.mark.parametrize("lock", sorted((REPO / "requirements").glob("*.txt")), ids=lambda p: p.stem)
+def test_every_package_of_a_lock_is_pinned_with_its_hashes(lock: Path) -> None:
+    text = lock.read_text()
+    entries = [line for line in text.splitlines() if re.match(r"[A-Za-z0-9]", line)]
+    locked = pins(lock)
+    assert len(locked) == len(entries) > 0, f"{lock.name}: an entry that is not name==version"
+    unhashed = [p.name for p in locked if p.hashes == 0]
+    assert not unhashed, f"{lock.name}: no hash for {unhashed}"
+    assert "#    make lock" in text, f"{lock.name} was not written by `make lock`"
+
+
+def test_the_build_inputs_are_what_pyproject_builds_with() -> None:
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    recipe = next(r for r in lock_recipes() if r.lock == "requirements/dev.txt")
+    assert {str(Requirement(r)) for r in requires} <= {str(r) for r in wanted(recipe)}
+
+
+def test_every_environment_installs_its_lock_with_hashes_and_kubetrain_without_dependencies() -> None:
+    define = MAKEFILE.split("define install_locked\n", 1)[1].split("endef", 1)[0]
+    sync, editable = define.strip().splitlines()
+    assert "pip sync" in sync and "--require-hashes" in sync and "$(2)" in sync
+    assert "--no-deps" in editable and "--no-build-isolation" in editable and editable.endswith("-e .")
+    environments = {
+        "$(VENV)": "dev",
+        "$(AIRFLOW3_VENV)": "airflow3",
+        "$(AIRFLOW2_VENV)": "airflow2",
+        "$(KFP_VENV)": "kfp",
+        "$(SDK_VENV)": "sdk",
+    }
+    for venv, lock in environments.items():
+        rule = MAKEFILE.split(f"\n{venv}/.installed:", 1)[1].split("\n\n", 1)[0]
+        assert f"requirements/{lock}.txt" in rule.splitlines()[0], (
+            f"{venv} is not rebuilt when its lock changes"
+        )
+        assert f",requirements/{lock}.txt)" in rule and "$(call install_locked," in rule, venv
+    # The only other pip install is uv's own, from its lock.
+    installs = [line for line in MAKEFILE.splitlines() if "pip install" in line and "define" not in line]
+    assert [line for line in installs if "--require-hashes" not in line] == [define.splitlines()[1]]
+    uv_version = re.search(r"^UV_VERSION := (\S+)$", MAKEFILE, re.M)[1]  # type: ignore[index]
+    assert [(p.name, str(p.version)) for p in pins(REPO / "requirements" / "uv.txt")] == [("uv", uv_version)]
+
+
+def test_the_airflow_environments_pin_everything_airflow_brings() -> None:
+    """Airflow is installed from a constraints file of our own (its lock), not from open ranges: both
+    Airflow lines, each with every package it pulls in pinned and hashed."""
+    for lock, major in (("airflow3", 3), ("airflow2", 2)):
+        locked = {p.name: p for p in pins(REPO / "requirements" / f"{lock}.txt")}
+        assert locked["apache-airflow"].version.major == major
+        assert "apache-airflow-providers-cncf-kubernetes" in locked
+        assert len(locked) > 100, f"{lock}: Airflow's own dependencies are locked too"
+    airflow2 = {p.name: p.version for p in pins(REPO / "requirements" / "airflow2.txt")}
+    assert airflow2["cryptography"] < Version("51")
+
+
+def test_the_lock_command_in_the_docs_is_the_makefile_target() -> None:
+    assert documented("docs/security.md", "make lock") == "make lock"
+    assert re.search(r"^lock: .*## ", MAKEFILE, re.M)
 
 
 # --- the control plane's Go build -----------------------------------------------------------------
