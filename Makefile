@@ -94,10 +94,10 @@ $(SDK_VENV)/.installed: pyproject.toml requirements/sdk.txt | $(UV)
 .PHONY: sdk-venv
 sdk-venv: $(SDK_VENV)/.installed ## Create the environment of the upstream SDKs' tests
 
-# The locks, one per environment: what each installs, pinned, with hashes.
+# The locks, one per environment and one for the image: what each installs, pinned, with hashes.
 # uv keeps every version a lock already has that still fits; `make lock UPGRADE=--upgrade` moves them
 # all to the newest that fit. Resolved for every platform from Python 3.11 up (--universal), so one
-# lock serves every machine. tests/unit/test_supply_chain.py fails until a change to
+# lock serves every machine and the image. tests/unit/test_supply_chain.py fails until a change to
 # pyproject.toml or requirements/*.in is followed by `make lock`.
 UPGRADE ?=
 COMPILE = $(UV) pip compile -q --universal --python-version 3.11 --generate-hashes $(UPGRADE) --custom-compile-command 'make lock'
@@ -110,6 +110,7 @@ lock: | $(UV) ## Re-resolve requirements/*.txt (pinned, hashed) from pyproject.t
 	@$(LOCK) --extra airflow --extra controller --extra dev requirements/airflow2.in requirements/build.in -o requirements/airflow2.txt
 	@$(LOCK) --extra kfp --extra controller --extra dev requirements/build.in -o requirements/kfp.txt
 	@$(LOCK) --extra controller --extra dev --extra train --extra objectstore requirements/sdk.in requirements/build.in -o requirements/sdk.txt
+	@$(LOCK) --extra controller --extra kfp -o requirements/image.txt
 	@echo 'uv==$(UV_VERSION)' | $(COMPILE) - -o requirements/uv.txt
 
 .PHONY: components

@@ -1,6 +1,6 @@
-"""What CI installs and builds is what was reviewed (docs/security.md#the-supply-chain): every Python
-package from a lock, pinned and hashed, that matches pyproject.toml; and the control plane built from
-the committed go.sum whatever the caller's go settings say."""
+"""What the images and CI install is what was reviewed (docs/security.md#the-supply-chain): every Python
+package from a lock, pinned and hashed, that matches pyproject.toml; the image's base by digest; and
+the control plane built from the committed go.sum whatever the caller's go settings say."""
 
 from __future__ import annotations
 
@@ -97,13 +97,15 @@ def top_level(pin: Pin, recipe: LockRecipe) -> bool:
     return bool(pin.via & sources)
 
 
-def test_make_lock_writes_a_lock_for_every_environment() -> None:
+def test_make_lock_writes_a_lock_for_every_environment_and_the_image() -> None:
     locks = {r.lock for r in lock_recipes()}
-    assert locks == {f"requirements/{name}.txt" for name in ("dev", "airflow3", "airflow2", "kfp", "sdk")}
+    assert locks == {
+        f"requirements/{name}.txt" for name in ("dev", "airflow3", "airflow2", "kfp", "sdk", "image")
+    }
     assert all((REPO / lock).exists() for lock in locks)
     for recipe in lock_recipes():
-        # kubetrain is built with the lock's setuptools
-        assert "requirements/build.in" in recipe.inputs
+        # The image builds kubetrain with its base's setuptools; every environment with the lock's.
+        assert ("requirements/build.in" in recipe.inputs) == (recipe.lock != "requirements/image.txt")
 
 
 @pytest.mark.parametrize("recipe", lock_recipes(), ids=lambda r: Path(r.lock).stem)
@@ -182,6 +184,32 @@ def test_the_airflow_environments_pin_everything_airflow_brings() -> None:
 def test_the_lock_command_in_the_docs_is_the_makefile_target() -> None:
     assert documented("docs/security.md", "make lock") == "make lock"
     assert re.search(r"^lock: .*## ", MAKEFILE, re.M)
+
+
+# --- the image --------------------------------------------------------------------------------------
+
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+
+
+def test_every_base_image_is_pinned_by_digest() -> None:
+    stages: set[str] = set()
+    froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", DOCKERFILE, re.M | re.I)
+    assert froms
+    for image, stage in froms:
+        if image not in stages:
+            assert re.fullmatch(r"[a-z0-9./-]+:[\w.-]+@sha256:[0-9a-f]{64}", image), (
+                f"FROM {image}: name the tag and pin its digest (docs/security.md#the-supply-chain)"
+            )
+        if stage:
+            stages.add(stage)
+
+
+def test_the_image_installs_its_lock_with_hashes_and_kubetrain_without_dependencies() -> None:
+    installs = [line for line in DOCKERFILE.splitlines() if "pip install" in line]
+    assert len(installs) == 2
+    locked, project = installs
+    assert "--require-hashes" in locked and "--no-deps" in locked and "-r requirements/image.txt" in locked
+    assert "--no-deps" in project and "--no-build-isolation" in project and project.endswith(" .")
 
 
 # --- the control plane's Go build -----------------------------------------------------------------
