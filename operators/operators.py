@@ -30,8 +30,7 @@ import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +45,14 @@ from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
 from kubetrain.controller.trainer import build as trainjob_runtime
+from kubetrain.controller.trainer.outputs import (
+    ClaimMount,
+    claim_mounts,
+    output_deleted_with_job,
+    output_paths,
+)
 from kubetrain.controller.trainer.state import BuildError
-from kubetrain.kube.resources import PVCS
+from kubetrain.operators import templating
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
 from kubetrain.operators.links import TrainingJobLink
@@ -95,138 +100,15 @@ def derived_name(context: Mapping[str, Any]) -> str:
     return naming.dns_label(f"{ti.task_id}-{digest.hexdigest()[:8]}")
 
 
-# -- the manifest: parsed before it is rendered -------------------------------------------------------
-JINJA_MARKERS = ("{{", "{%", "{#")
-
-
-def parse_manifest_text(text: str) -> Obj:
-    """A manifest from YAML (or JSON) text, read before any template in it is rendered."""
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        problem = " ".join(str(exc).split())
-        raise InvalidJobError(
-            f"job is not valid YAML before its templates are rendered ({problem}); quote each templated "
-            'value, e.g. image: "{{ params.image }}": a template renders into one value of the manifest, '
-            "never into its structure"
-        ) from None
-    if not isinstance(loaded, dict):
-        raise InvalidJobError("job must be a manifest: a mapping with apiVersion, kind, metadata and spec")
-    return loaded
-
-
-def is_whole_template(text: str) -> bool:
-    """``job`` is one template expression, e.g. ``{{ ti.xcom_pull('build_manifest') }}``: the whole
-    manifest comes from it (a task built it), so it is rendered as a whole."""
-    stripped = text.strip()
-    return (
-        stripped.startswith("{{")
-        and stripped.endswith("}}")
-        and stripped.count("{{") == 1
-        and "{%" not in stripped
-    )
-
-
-def render_manifest_leaves(template: Any, render: Callable[[str], Any], where: str = "job") -> Any:
-    """Render each templated string value of a parsed manifest with ``render``; keys stay as written.
-
-    A rendered value must stay one value (text, a number, a boolean): one that became a mapping or a
-    list (a DAG that renders native objects can do that) is refused, so nothing a template inserts,
-    ``dag_run.conf`` included, can add structure such as ``securityContext`` or ``hostPath``."""
-    if isinstance(template, str):
-        if not any(marker in template for marker in JINJA_MARKERS):
-            return template
-        value = render(template)
-        if value is not None and not isinstance(value, str | int | float | bool):
-            raise InvalidJobError(
-                f"{where}: the template {template!r} rendered into a {type(value).__name__}; a templated "
-                "value renders into one value (text, a number, a boolean), never into YAML structure"
-            )
-        return value
-    if isinstance(template, Mapping):
-        return {
-            key: render_manifest_leaves(value, render, f"{where}.{key}") for key, value in template.items()
-        }
-    if isinstance(template, list):
-        return [render_manifest_leaves(item, render, f"{where}[{i}]") for i, item in enumerate(template)]
-    return template
-
-
 # -- outputs that outlive their job ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class ClaimMount:
-    """A PersistentVolumeClaim the trainer's pods mount at ``path``; ``owned``: deleted with the job."""
-
-    path: str
-    claim: str
-    owned: bool
-
-
 def trainer_claim_mounts(trainjob: Obj, runtime: Obj) -> list[ClaimMount]:
-    """The claims a TrainJob's trainer pods mount on ``runtime``, resolved as the controller resolves them.
-
-    A ``volumeClaimPolicies`` claim ``<volume>-<trainjob>`` belongs to the TrainJob (is deleted with it)
-    unless its ``retentionPolicy.whenDeleted`` is ``Retain``; the checkpoint volume is the user's own
-    claim. Raises ``BuildError`` when the TrainJob does not fit the runtime."""
+    """The claims a TrainJob's trainer pods mount on ``runtime``, resolved as the controller resolves them
+    (``outputs.claim_mounts``). Raises ``BuildError`` when the TrainJob does not fit the runtime."""
     job = copy.deepcopy(trainjob)
     meta = job.setdefault("metadata", {})
     meta.setdefault("uid", "")  # only owner references read it
     meta.setdefault("namespace", "")
-    info = trainjob_runtime.build(job, runtime)
-    owned = {
-        extra.name
-        for extra in info.extras
-        if extra.resource is PVCS and extra.make()["metadata"].get("ownerReferences")
-    }
-    mounts: list[ClaimMount] = []
-    trainer = info.trainer()
-    if trainer is not None:
-        spec = trainer.template.get("spec") or {}
-        claims = {
-            volume.get("name"): (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            for volume in spec.get("volumes") or []
-        }
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            for mount in container.get("volumeMounts") or []:
-                claim = claims.get(mount.get("name"))
-                if claim and mount.get("mountPath"):
-                    mounts.append(ClaimMount(str(mount["mountPath"]), str(claim), claim in owned))
-    annotations = meta.get("annotations") or {}
-    checkpoint_dir = annotations.get(naming.ANNOTATION_CHECKPOINT_DIR)
-    checkpoint_volume = annotations.get(naming.ANNOTATION_CHECKPOINT_VOLUME)
-    if checkpoint_dir and checkpoint_volume:
-        mounts.append(ClaimMount(str(checkpoint_dir), str(checkpoint_volume), False))
-    return mounts
-
-
-def holding_claim(path: str, mounts: Sequence[ClaimMount]) -> ClaimMount | None:
-    """The claim ``path`` lies on: the deepest mount that contains it."""
-
-    def contains(mount: ClaimMount) -> bool:
-        root = mount.path.rstrip("/")
-        return path == root or path.startswith(root + "/")
-
-    return max((m for m in mounts if contains(m)), key=lambda m: len(m.path), default=None)
-
-
-def output_paths(job: Obj) -> list[str]:
-    """Where a job's outputs are: its reported last checkpoint, then its checkpoint dir."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
-    found = [
-        annotations.get(naming.ANNOTATION_LAST_CHECKPOINT),
-        kinds.report(job).get("last_checkpoint"),
-        annotations.get(naming.ANNOTATION_CHECKPOINT_DIR),
-    ]
-    return list(dict.fromkeys(p for p in found if isinstance(p, str) and p.startswith("/")))
-
-
-def output_deleted_with_job(paths: Sequence[str], mounts: Sequence[ClaimMount]) -> tuple[str, str] | None:
-    """``(path, claim)``: the first output that lies on a claim deleting the job would delete."""
-    for path in paths:
-        mount = holding_claim(path, mounts)
-        if mount is not None and mount.owned:
-            return path, mount.claim
-    return None
+    return claim_mounts(trainjob_runtime.build(job, runtime))
 
 
 async def _live_runtime(aio: AsyncJobClient, trainjob: Obj, namespace: str) -> Obj | None:
@@ -475,8 +357,10 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 raise ValueError(
                     f"pass either job (a full manifest) or convenience arguments, not both: {given}"
                 )
-            if isinstance(self.job, str) and "\n" in self.job and not is_whole_template(self.job):
-                parse_manifest_text(self.job)  # a manifest that only parses once rendered is refused now
+            if isinstance(self.job, str) and "\n" in self.job and not templating.is_whole_template(self.job):
+                templating.parse_manifest_text(
+                    self.job
+                )  # a manifest that only parses once rendered is refused now
         elif not self.image and not _templated(self.image):
             raise ValueError("image is required when no job manifest is given")
         if self.kind == "TrainJob" and self.job is None and not self.runtime:
@@ -573,7 +457,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         text = job
         if "\n" not in job and Path(job).suffix in (".yaml", ".yml", ".json") and Path(job).exists():
             text = Path(job).read_text()
-        return parse_manifest_text(text)
+        return templating.parse_manifest_text(text)
 
     def render_template(
         self,
@@ -582,10 +466,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         jinja_env: jinja2.Environment | None = None,
         seen_oids: set[int] | None = None,
     ) -> Any:
-        """Airflow renders every template field through here (mapped tasks too); ``job`` is parsed
-        first and then rendered value by value (``render_manifest_leaves``), never as one text."""
-        job = getattr(self, "job", None)
-        if content is None or content is not job or not isinstance(content, str | Mapping):
+        """Airflow renders every template field through here (mapped tasks too), each value by value
+        (``operators.templating``): ``job`` is parsed first, then its values rendered; no template
+        renders into structure."""
+        field = self._template_field_holding(content)
+        if field is None or not isinstance(content, str | Mapping | list | tuple):
             return super().render_template(content, context, jinja_env, seen_oids)
         env = jinja_env or self.get_template_env()
 
@@ -593,13 +478,27 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             # Airflow's own rendering of one string: text, or native objects when the DAG asks for them.
             return self._render(env.from_string(text), context)
 
-        if isinstance(content, str) and is_whole_template(content):
+        def resolve(value: Any) -> Any:  # an XComArg or another object a DAG put in a field's list
+            return super(TrainingJobOperator, self).render_template(value, context, jinja_env, seen_oids)
+
+        if field != "job":
+            return templating.render_field(field, content, render, resolve)
+        if isinstance(content, str) and templating.is_whole_template(content):
             whole = render(content)
-            return dict(whole) if isinstance(whole, Mapping) else parse_manifest_text(str(whole))
+            manifest = (
+                dict(whole) if isinstance(whole, Mapping) else templating.parse_manifest_text(str(whole))
+            )
+            return templating.refuse_control_keys(manifest)
         template = (
-            parse_manifest_text(self._manifest_source(content, env)) if isinstance(content, str) else content
+            templating.parse_manifest_text(self._manifest_source(content, env))
+            if isinstance(content, str)
+            else content
         )
-        return render_manifest_leaves(template, render)
+        return templating.render_manifest_leaves(template, render, resolve=resolve)
+
+    def _template_field_holding(self, content: Any) -> str | None:
+        """The template field whose value ``content`` is (Airflow passes values, not names)."""
+        return next((name for name in self.template_fields if getattr(self, name, None) is content), None)
 
     def _manifest_source(self, job: str, env: jinja2.Environment) -> str:
         """The text of ``job``: itself, or the file it names, looked up as Airflow looks up template files

@@ -18,7 +18,7 @@ import pytest
 from kubetrain.client.errors import InvalidJobError
 from kubetrain.operators import TrainingJobOperator
 from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS
-from kubetrain.operators.operators import render_manifest_leaves
+from kubetrain.operators.templating import render_manifest_leaves
 from tests.airflow.support import task_context
 
 if AIRFLOW_V_3_0_PLUS:
@@ -185,3 +185,106 @@ def test_render_manifest_leaves_renders_only_templated_strings() -> None:
     assert seen == ["{{ x }}", "{% if y %}y{% endif %}"]
     with pytest.raises(InvalidJobError, match=r"job\.b\[0\]: .* rendered into a list"):
         render_manifest_leaves(template, lambda text: [text])
+
+
+# -- every other template field: values only, no control keys ------------------------------------------
+SECRET_ENV = {"valueFrom": {"secretKeyRef": {"name": "cloud-admin", "key": "token"}}}
+
+
+def convenience_operator(**fields: Any) -> TrainingJobOperator:
+    with dag(render_template_as_native_obj=True):
+        return TrainingJobOperator(
+            task_id="train", name="sweep", image="registry.example.com/train:1", num_workers=1, **fields
+        )
+
+
+@pytest.mark.parametrize(
+    ("fields", "conf", "refused"),
+    [
+        (
+            {"env": [{"name": "TOKEN", "value": "{{ dag_run.conf['token'] }}"}]},
+            {"token": SECRET_ENV},
+            r"env\[0\]\.value",
+        ),
+        ({"env": "{{ dag_run.conf['env'] }}"}, {"env": [{"name": "TOKEN", **SECRET_ENV}]}, r"env"),
+        ({"env": {"TOKEN": "{{ dag_run.conf['token'] }}"}}, {"token": SECRET_ENV}, r"env\.TOKEN"),
+        (
+            {"annotations": {"note": "{{ dag_run.conf['note'] }}"}},
+            {"note": {"kubetrain.dev/checkpoint-secret": "cloud-admin"}},
+            r"annotations\.note",
+        ),
+        (
+            {"labels": {"team": "{{ dag_run.conf['team'] }}"}},
+            {"team": {"kubetrain.dev/lineage": "x"}},
+            r"labels\.team",
+        ),
+        ({"namespace": "{{ dag_run.conf['ns'] }}"}, {"ns": ["kube-system"]}, r"namespace"),
+        (
+            {"checkpoint_volume": "{{ dag_run.conf['claim'] }}"},
+            {"claim": {"name": "other"}},
+            r"checkpoint_volume",
+        ),
+        (
+            {"args": "{{ dag_run.conf['args'] }}"},
+            {"args": [{"securityContext": {"privileged": True}}]},
+            r"args",
+        ),
+    ],
+    ids=[
+        "env value",
+        "env whole",
+        "env mapping value",
+        "annotation value",
+        "label value",
+        "namespace",
+        "checkpoint volume",
+        "args of structure",
+    ],
+)
+def test_no_template_field_renders_into_structure(
+    fields: dict[str, Any], conf: dict[str, Any], refused: str
+) -> None:
+    op = convenience_operator(**fields)
+    with pytest.raises(InvalidJobError, match=rf"^{refused}: the template .* rendered into a"):
+        rendered_job(op, conf)
+
+
+def test_templated_values_of_every_field_still_render() -> None:
+    op = convenience_operator(
+        command=["python", "{{ params.script }}"],
+        args="{{ params.args }}",  # a whole template may render into a list of values, for args only
+        env={"LR": "{{ dag_run.conf['lr'] }}", "PLAIN": "1"},
+        labels={"team": "{{ params.team }}"},
+        annotations={"kubetrain.dev/stall-timeout-seconds": "600"},  # written in the DAG: fine
+    )
+    body = rendered_job(op, {"lr": 0.1}, script="train.py", args=["--epochs", "2"], team="vision")
+    pod = body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert pod["command"] == ["python", "train.py"] and pod["args"] == ["--epochs", "2"]
+    assert {"name": "LR", "value": "0.1"} in pod["env"]
+    assert body["metadata"]["labels"]["team"] == "vision"
+    assert body["metadata"]["annotations"]["kubetrain.dev/stall-timeout-seconds"] == "600"
+
+
+def test_a_literal_argument_that_names_a_yaml_file_is_not_read_as_a_template() -> None:
+    op = convenience_operator(command=["python", "train.py"], args=["--config", "config.yaml"])
+    pod = rendered_job(op, {})["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert pod["args"] == ["--config", "config.yaml"]
+
+
+def test_a_manifest_built_whole_by_a_template_cannot_set_control_annotations() -> None:
+    whole = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "built", "annotations": {"kubetrain.dev/checkpoint-volume": "someone-elses"}},
+        "spec": {
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": []}}}}
+        },
+    }
+    with dag(render_template_as_native_obj=True):
+        op = TrainingJobOperator(task_id="train", job="{{ dag_run.conf['manifest'] }}")
+    with pytest.raises(
+        InvalidJobError,
+        match=r"job\.metadata\.annotations: kubetrain\.dev/checkpoint-volume came from a template .* "
+        r"checkpoint_volume",
+    ):
+        rendered_job(op, {"manifest": whole})
