@@ -466,6 +466,27 @@ def training_runtime(
     }
 
 
+def claims_runtime(name: str, *, output_retained: bool, trains_for: str = "1s") -> dict[str, Any]:
+    """A runtime shaped like the torchtune ones: an initializer step, then the trainer; a ``scratch``
+    claim (downloads, deleted with the TrainJob) at /workspace and an ``output`` claim at /workspace/output."""
+    runtime = training_runtime(name, pod_annotations=runs_for(trains_for), initializer=runs_for("1s"))
+    spec = runtime["spec"]["template"]["spec"]
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    output: dict[str, Any] = {"templates": [{"metadata": {"name": "output"}, "spec": claim_spec}]}
+    if output_retained:
+        output["retentionPolicy"] = {"whenDeleted": "Retain"}
+    spec["volumeClaimPolicies"] = [
+        {"templates": [{"metadata": {"name": "scratch"}, "spec": claim_spec}]},
+        output,
+    ]
+    for rjob in spec["replicatedJobs"]:
+        (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+        container["volumeMounts"] = [{"name": "scratch", "mountPath": "/workspace"}]
+        if rjob["name"] == "node":
+            container["volumeMounts"].append({"name": "output", "mountPath": "/workspace/output"})
+    return runtime
+
+
 def trainjob(
     name: str,
     runtime: str,

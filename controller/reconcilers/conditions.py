@@ -33,6 +33,7 @@ FAILED = "Failed"
 SUSPENDED = "Suspended"
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the reason of a job failed by its activeDeadlineSeconds (both APIs)
 REPLICA_FAILURE = "ReplicaFailure"  # pods cannot be created (as ReplicaSets say it), while retrying
+DELETION_HELD = "DeletionHeld"  # a finished TrainJob's TTL passed, but deleting it would delete its output
 
 Condition = dict[str, Any]
 Status = dict[str, Any]
@@ -57,6 +58,26 @@ def remove(status: Status, ctype: str) -> bool:
     if len(kept) == len(conditions):
         return False
     status["conditions"] = kept
+    return True
+
+
+def note_on_finished(status: Status, ctype: str, *, reason: str, message: str, now: str) -> bool:
+    """Record a True condition on a finished job without changing how it reads as finished: it goes
+    just before the last (terminal) condition, so the State column still says how the job ended.
+    Returns whether anything changed."""
+    conditions: list[Condition] = list(status.get("conditions") or [])
+    existing = find(status, ctype)
+    if existing is not None and existing.get("status") == "True" and existing.get("reason") == reason:
+        return False
+    new: Condition = {
+        "type": ctype,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    kept = [c for c in conditions if c.get("type") != ctype]
+    status["conditions"] = [*kept[:-1], new, *kept[-1:]]
     return True
 
 

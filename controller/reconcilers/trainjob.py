@@ -72,6 +72,7 @@ from kubetrain.controller.reconcilers.writes import (
 )
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.controller.trainer.build import build, retained_claim_of
+from kubetrain.controller.trainer.outputs import outputs_at_risk
 from kubetrain.controller.trainer.state import NODE, BuildError, Extra, TrainJobInfo
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
@@ -465,8 +466,9 @@ class TrainJobReconciler(JobReconciler):
 
     async def _finished(self, ctx: _Pass) -> Result:
         """A finished TrainJob: the last report, cleanup, the JobSet's TTL, and deletion once its TTL has
-        passed."""
+        passed, unless that would delete the claim holding its output (then the deletion is held)."""
         info = self._snapshot_info(ctx)
+        at_risk: tuple[str, str] | None = None
         jobset_ttl = Result()
         if info is not None:
             ctx.gang = self._gang(info)
@@ -474,23 +476,43 @@ class TrainJobReconciler(JobReconciler):
             await self._copy_report(
                 ctx, info, obs
             )  # rank 0's report can land after another pod failed the job
-            jobset_ttl = await self._jobset_ttl(ctx, info)
+            at_risk = outputs_at_risk(info)
+            jobset_ttl = await self._jobset_ttl(ctx, info, keep=None if at_risk is None else at_risk[1])
         await self._cleanup(ctx)
         # A TrainJob that finished before this controller version settled its counts gets them settled.
         jobset.settle_jobs_status(
             ctx.status.get("jobsStatus") or [], complete=cond.is_true(ctx.status, COMPLETE)
         )
-        await self.write_status(ctx)
         ttl = self._ttl_result(ctx)
-        if ttl.requeue_after == 0:
+        delete = ttl.requeue_after == 0
+        if delete and at_risk is not None:
+            delete = False
+            self._hold_deletion(ctx, *at_risk)
+        await self.write_status(ctx)
+        if delete:
             await self.delete_expired(ctx, _framework(info), f"Deleted TrainJob {ctx.name} (TTL)")
             return Result()
-        return Result.soonest(ttl, jobset_ttl)
+        return Result.soonest(Result() if ttl.requeue_after == 0 else ttl, jobset_ttl)
 
-    async def _jobset_ttl(self, ctx: _Pass, info: TrainJobInfo) -> Result:
+    def _hold_deletion(self, ctx: _Pass, path: str, claim: str) -> None:
+        """The TTL passed, but deleting the TrainJob would delete ``claim`` (its runtime's
+        ``volumeClaimPolicies`` own it) and ``path`` on it: keep the TrainJob, saying why."""
+        message = (
+            f"{naming.ANNOTATION_TTL_AFTER_FINISHED} passed, but deleting TrainJob {ctx.name} would delete "
+            f"the claim {claim}, which holds {path}; the TrainJob is kept. Copy the output and delete the "
+            "TrainJob yourself, or run on a runtime that retains the claim (retentionPolicy.whenDeleted: Retain)"
+        )
+        if cond.note_on_finished(
+            ctx.status, cond.DELETION_HELD, reason="OutputOnOwnedClaim", message=message, now=ctx.stamp
+        ):
+            self.recorder.event(ctx.job, WARNING, cond.DELETION_HELD, message)
+            log.info("trainjob %s: deletion held: %s", ctx.key, message)
+
+    async def _jobset_ttl(self, ctx: _Pass, info: TrainJobInfo, *, keep: str | None = None) -> Result:
         """The runtime's ``ttlSecondsAfterFinished`` (JobSet's): once it has passed, delete what JobSet's
-        deletion takes with it (every pod, finished ones too, the headless Service and the claims it owns);
-        the TrainJob stays. Before that, look again when it will have passed."""
+        deletion takes with it (every pod, finished ones too, the headless Service and the claims it owns,
+        except ``keep``, the claim that holds the job's output); the TrainJob stays. Before that, look
+        again when it will have passed."""
         limit = (info.jobset.get("spec") or {}).get("ttlSecondsAfterFinished")
         left = seconds_left(self._finished_at(ctx), limit, ctx.now)
         if left is None or left > 0:
@@ -501,7 +523,7 @@ class TrainJobReconciler(JobReconciler):
             ctx.job, SERVICES, self.services.get(f"{info.namespace}/{info.subdomain}")
         )
         for extra in info.extras:
-            if extra.resource is PVCS and not extra.retained:
+            if extra.resource is PVCS and not extra.retained and extra.name != keep:
                 claim = await self.kube.get(PVCS, extra.name, info.namespace)
                 await self.writer.delete_owned(ctx.job, PVCS, claim)
         return Result()
@@ -617,7 +639,9 @@ class TrainJobReconciler(JobReconciler):
                 raise errors.APIError(
                     403,
                     f"the controller may not create the MPI SSH key Secret {extra.name}: apply "
-                    "deploy/extras/mpi-ssh-keys to grant it",
+                    "deploy/extras/mpi-ssh-keys and bind it in this namespace (kubectl create rolebinding "
+                    "kubetrain-mpi-ssh-keys --clusterrole=kubetrain-controller-mpi-ssh-keys "
+                    f"--serviceaccount=<controller namespace>:kubetrain-controller -n {info.namespace})",
                 ) from exc
             raise
 

@@ -18,17 +18,17 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from kubetrain.operators import TrainJobOperator
-from kubetrain.operators.compat import AirflowException
-from kubetrain.operators.operators import (
+from kubetrain.controller.trainer.outputs import (
     ClaimMount,
     holding_claim,
     output_deleted_with_job,
     output_paths,
-    trainer_claim_mounts,
 )
+from kubetrain.operators import TrainJobOperator
+from kubetrain.operators.compat import AirflowException
+from kubetrain.operators.operators import trainer_claim_mounts
 from tests.airflow import support
-from tests.support import Jobs, eventually, runs_for, training_runtime, trainjob
+from tests.support import Jobs, claims_runtime, eventually, trainjob
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,27 +42,6 @@ def tune_job(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     job = trainjob("tune", "torchtune-llama3.2-1b", kind="ClusterTrainingRuntime", annotations=annotations)
     job["metadata"]["namespace"] = "team"
     return job
-
-
-def claims_runtime(name: str, *, output_retained: bool, trains_for: str = "1s") -> dict[str, Any]:
-    """A runtime shaped like the torchtune ones: an initializer step, then the trainer; a ``scratch``
-    claim (downloads, deleted with the TrainJob) at /workspace and an ``output`` claim at /workspace/output."""
-    runtime = training_runtime(name, pod_annotations=runs_for(trains_for), initializer=runs_for("1s"))
-    spec = runtime["spec"]["template"]["spec"]
-    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    output: dict[str, Any] = {"templates": [{"metadata": {"name": "output"}, "spec": claim_spec}]}
-    if output_retained:
-        output["retentionPolicy"] = {"whenDeleted": "Retain"}
-    spec["volumeClaimPolicies"] = [
-        {"templates": [{"metadata": {"name": "scratch"}, "spec": claim_spec}]},
-        output,
-    ]
-    for rjob in spec["replicatedJobs"]:
-        (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
-        container["volumeMounts"] = [{"name": "scratch", "mountPath": "/workspace"}]
-        if rjob["name"] == "node":
-            container["volumeMounts"].append({"name": "output", "mountPath": "/workspace/output"})
-    return runtime
 
 
 # -- the decision, without a cluster ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ from tests.conftest import Kubectl
 from tests.support import (
     HANG,
     Jobs,
+    claims_runtime,
     eventually,
     fails,
     runs_for,
@@ -172,6 +173,44 @@ async def test_the_ttl_annotation_deletes_a_finished_trainjob(controller: Any, j
     await eventually(
         lambda: _gone(jobs, "brief"), what="the TrainJob to be deleted after its TTL", timeout=20
     )
+
+
+async def test_no_ttl_deletes_the_claim_that_holds_a_trainjobs_output(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str
+) -> None:
+    # A TrainJob submitted without the Airflow operator's check (kubectl, the CLI, KFP) keeps its
+    # checkpoints on a claim its runtime deletes with it. Both TTLs pass: the JobSet's takes the
+    # downloads' claim and keeps the output's; the TrainJob's is held, saying why.
+    runtime = claims_runtime("deletes-output", output_retained=False)
+    runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 1
+    await jobs.create(runtime)
+    ttl = {
+        "kubetrain.dev/ttl-seconds-after-finished": "1",
+        "kubetrain.dev/checkpoint-dir": "/workspace/output",
+    }
+    await jobs.create(trainjob("held", "deletes-output", annotations=ttl))
+    await jobs.wait_condition("held", "Complete", kind=TJ, timeout=60)
+
+    async def held() -> dict[str, Any] | None:
+        job = await jobs.get("held", TJ)
+        assert job is not None, "the TrainJob was deleted, and its output claim with it"
+        return job if ("DeletionHeld", "True", "OutputOnOwnedClaim") in _conditions(job) else None
+
+    job = await eventually(held, timeout=30, what="the TTL deletion to be held")
+    assert _conditions(job)[-1] == ("Complete", "True", "AllJobsCompleted"), "it still reads as Complete"
+    message = next(c["message"] for c in job["status"]["conditions"] if c["type"] == "DeletionHeld")
+    assert "would delete the claim output-held, which holds /workspace/output" in message
+    assert any(e[:2] == ("Warning", "DeletionHeld") for e in await jobs.events("held"))
+
+    async def scratch_gone() -> bool:
+        listed = await core.list_namespaced_persistent_volume_claim(namespace)
+        alive = {c.metadata.name for c in listed.items if c.metadata.deletion_timestamp is None}
+        assert "output-held" in alive, "the JobSet TTL deleted the output's claim"
+        return "scratch-held" not in alive
+
+    await eventually(scratch_gone, timeout=30, what="the JobSet TTL to delete the downloads' claim")
+    await asyncio.sleep(2)  # past both TTLs by more than a pass: still held
+    assert await held() is not None
 
 
 async def _gone(jobs: Jobs, name: str) -> bool:

@@ -79,3 +79,14 @@ def test_set_false_ignores_conditions_never_seen() -> None:
     status: dict[str, Any] = {}
     assert not cond.V1.set_false(status, "Running", reason="x", message="x", now="t")
     assert "conditions" not in status
+
+
+def test_a_note_on_a_finished_job_keeps_the_finish_last_and_is_written_once() -> None:
+    status: dict[str, Any] = {}
+    cond.TRAINJOB.set(status, "Complete", reason="AllJobsCompleted", message="done", now="t1")
+    note = {"reason": "OutputOnOwnedClaim", "message": "kept", "now": "t2"}
+    assert cond.note_on_finished(status, cond.DELETION_HELD, **note)
+    assert _view(status) == [("DeletionHeld", "True"), ("Complete", "True")]
+    assert cond.state(status) == "Complete"
+    assert not cond.note_on_finished(status, cond.DELETION_HELD, **{**note, "now": "t3"})
+    assert status["conditions"][0]["lastTransitionTime"] == "t2"
