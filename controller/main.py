@@ -67,6 +67,7 @@ class Manager:
     recorder: EventRecorder | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     status_server: web.AppRunner | None = None
+    reports: StatusServer | None = None  # the status server, told of every deleted pod
 
     async def _installed(self, resource: Resource) -> bool:
         return await self.kube.get(CRDS, str(resource)) is not None  # the CRD's name: <plural>.<group>
@@ -80,7 +81,8 @@ class Manager:
             plugin = StatusServerPlugin(options.status_server_base_url(), cert.ca.decode())
             host, port = split_address(options.status_server_bind_address)
             # Its own rate budget: reports never queue the writes that run the jobs.
-            self.status_server = await StatusServer(self.kube.with_own_budget(), cert).start(host, port)
+            self.reports = StatusServer(self.kube.with_own_budget(), cert)
+            self.status_server = await self.reports.start(host, port)
             log.info(
                 "status server listening on %s, reached at %s",
                 options.status_server_bind_address,
@@ -104,6 +106,7 @@ class Manager:
             **common,
         )
         self.informers += [pods, services]
+        self._tell_status_server(pods)
         pod_groups = None
         if settings.gang is not None:
             if not await self._installed(settings.gang.resource) and not settings.gang.builtin:
@@ -167,6 +170,7 @@ class Manager:
         snapshots = Informer(self.kube, CONFIGMAPS, label_selector=naming.TRAINJOB_RUNTIME_SNAPSHOT, **whole)
         owned = {**common, "label_selector": TRAINJOB_CHILD_SELECTOR}
         pods = Informer(self.kube, PODS, indexes=indexes, transform=cached.pod, **owned)
+        self._tell_status_server(pods)
         services = Informer(self.kube, SERVICES, transform=cached.service, **owned)
         reconciler = TrainJobReconciler(
             runtimes=runtimes,
@@ -178,6 +182,11 @@ class Manager:
         for informer in (runtimes, cluster_runtimes):
             informer.add_handler(reconciler.runtime_handler(queue.add))
         self.informers += [trainjobs, runtimes, cluster_runtimes, snapshots, pods, services]
+
+    def _tell_status_server(self, pods: Informer) -> None:
+        """A deleted pod's token stops being trusted from the status server's memory at once."""
+        if self.reports is not None:
+            pods.add_handler(self.reports.pod_changed)
 
     def _shared(self, settings: Settings, jobs: Informer, pods: Informer, services: Informer) -> Shared:
         """What a kind's reconciler is made with; its own expectations, as a PyTorchJob and a TFJob (or a

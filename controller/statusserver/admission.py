@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 REVIEWS_QPS, REVIEWS_BURST = 20.0, 40  # TokenReviews of the whole server (unknown tokens)
 REPORTS_QPS, REPORTS_BURST = 1.0, 10  # reports of one token: kubetrain.progress reports every 5 s
-VERDICT_TTL = 60.0  # seconds an allowed (token, path) is trusted without asking again
+VERDICT_TTL = 60.0  # seconds an allowed (token, path) is trusted without asking again, while its pod lives
 REFUSAL_TTL = 30.0  # seconds a refused (token, path) is answered from memory
 MAX_KEYS = 4096  # tokens and verdicts remembered at most (oldest forgotten first)
 
@@ -54,26 +54,42 @@ class Limiter:
         return (1 - bucket.tokens) / self.qps
 
 
+@dataclass(frozen=True)
+class _Given:
+    until: float
+    status: int
+    reason: str
+    pod_uid: str | None  # the pod an allowed token is bound to
+
+
 class Verdicts:
     """The answers given to (token, path) pairs, each for the seconds it was given for, at most
-    ``max_keys`` of them (the oldest forgotten first)."""
+    ``max_keys`` of them (the oldest forgotten first). An answer that allowed a pod is forgotten as
+    soon as that pod is deleted (``forget_pod``), so a deleted pod's token is asked about again."""
 
     def __init__(self, clock: Callable[[], float], max_keys: int = MAX_KEYS) -> None:
         self.clock, self.max_keys = clock, max_keys
-        self._given: dict[tuple[str, str], tuple[float, int, str]] = {}
+        self._given: dict[tuple[str, str], _Given] = {}
 
     def get(self, key: tuple[str, str]) -> tuple[int, str] | None:
         found = self._given.get(key)
-        if found is None or found[0] <= self.clock():
+        if found is None or found.until <= self.clock():
             self._given.pop(key, None)
             return None
-        return found[1], found[2]
+        return found.status, found.reason
 
-    def remember(self, key: tuple[str, str], status: int, reason: str, *, ttl: float) -> None:
+    def remember(
+        self, key: tuple[str, str], status: int, reason: str, *, ttl: float, pod_uid: str | None = None
+    ) -> None:
         self._given.pop(key, None)  # most recently given last
-        self._given[key] = (self.clock() + ttl, status, reason)
+        self._given[key] = _Given(self.clock() + ttl, status, reason, pod_uid)
         if len(self._given) > self.max_keys:
             del self._given[next(iter(self._given))]
+
+    def forget_pod(self, uid: str) -> None:
+        """Forget every answer given to a token of pod ``uid`` (it was deleted)."""
+        for key in [key for key, given in self._given.items() if given.pod_uid == uid]:
+            del self._given[key]
 
 
 def retry_after(seconds: float) -> str:

@@ -4,8 +4,9 @@ One route, Kubeflow Trainer's: ``POST <job's API path>/status`` with ``{"trainer
 and a projected ServiceAccount token as the bearer. Each report is authenticated first, before its
 body is read: a TokenReview (audience: the path), then the pod the token is bound to and the job
 that pod must belong to, by uid (``authz``). An allowed verdict is remembered for ``admission.VERDICT_TTL``
-seconds per token and path, so a job reporting every 5 s costs the API server one write per report,
-not four requests; a refusal is remembered too, and what a client may cost is budgeted
+seconds per token and path while the token's pod lives (the pod informers tell the server of each
+deletion), so a job reporting every 5 s costs the API server one write per report, not four
+requests; a refusal is remembered too, and what a client may cost is budgeted
 (``admission``: 429 past it). The server's API calls have a rate budget of their own, so reports
 never queue the controller's own writes.
 
@@ -189,12 +190,18 @@ class StatusServer:
         wait = self._reviews.take()
         if wait is not None:
             raise ReviewBudgetSpentError(wait)
-        verdict = await self._review(token, target)
+        verdict, pod_uid = await self._review(token, target)
         ttl = admission.VERDICT_TTL if verdict.allowed else admission.REFUSAL_TTL
-        self._verdicts.remember(key, verdict.status, verdict.reason, ttl=ttl)
+        self._verdicts.remember(key, verdict.status, verdict.reason, ttl=ttl, pod_uid=pod_uid)
         return verdict
 
-    async def _review(self, token: str, target: Target) -> Verdict:
+    def pod_changed(self, old: Obj | None, new: Obj | None) -> None:
+        """A pod informer's handler: a deleted pod's tokens are no longer trusted from memory."""
+        if new is None and old is not None:
+            self._verdicts.forget_pod(str(old["metadata"].get("uid")))
+
+    async def _review(self, token: str, target: Target) -> tuple[Verdict, str | None]:
+        """The verdict on ``token`` for ``target``, and the uid of the pod it is bound to, if any."""
         review = await self.kube.create(
             TOKEN_REVIEWS,
             {
@@ -205,13 +212,13 @@ class StatusServer:
         )
         bound = bound_pod(review, target)
         if isinstance(bound, Verdict):
-            return bound
+            return bound, None
         name, uid = bound
         pod = await self.kube.get(PODS, name, target.namespace)
         job = await self.kube.get(target.kind.resource, target.name, target.namespace)
         if job is None:
             raise errors.APINotFoundError(404, f"{target.kind.kind} {target.namespace}/{target.name}")
-        return authorise(target, uid, pod, job_uid=job["metadata"]["uid"])
+        return authorise(target, uid, pod, job_uid=job["metadata"]["uid"]), uid
 
 
 class ReviewBudgetSpentError(Exception):

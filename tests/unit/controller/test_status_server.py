@@ -343,3 +343,29 @@ def test_a_limiter_refuses_with_the_wait_and_forgets_the_oldest_keys() -> None:
     assert refusals.get(("t", "/p")) == (401, "no")
     clock.now += 10
     assert refusals.get(("t", "/p")) is None
+
+
+class DeletingKube(FakeKube):
+    """The pod a good token is bound to, until it is deleted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pod_deleted = False
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        if resource.kind == "Pod" and self.pod_deleted:
+            return None
+        return await super().get(resource, name, namespace)
+
+
+async def test_a_deleted_pods_token_is_asked_about_again_at_once() -> None:
+    kube = DeletingKube()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=Clock())  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(server, TRAINJOB_PATH, "good", report) == 200
+    kube.pod_deleted = True
+    server.pod_changed(pod(), None)  # the pod informer's delete event
+    assert await post(server, TRAINJOB_PATH, "good", report) == 403, "trusted from memory after its pod went"
+    assert kube.reviews == 2
+    server.pod_changed(None, pod(uid="another"))  # an added pod forgets nothing
+    assert await post(server, TRAINJOB_PATH, "good", report) == 403 and kube.reviews == 2
