@@ -44,9 +44,11 @@ def test_defaults_match_the_kustomize_install() -> None:
     kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in documents)
     assert kinds == [
         "ClusterRole/kubetrain-controller",
+        "ClusterRole/kubetrain-controller-cluster",
         "ClusterRole/kubetrain-edit",
         "ClusterRole/kubetrain-view",
         "ClusterRoleBinding/kubetrain-controller",
+        "ClusterRoleBinding/kubetrain-controller-cluster",
         "ConfigMap/kubeflow-trainer-public",
         "Deployment/kubetrain-controller",
         "Namespace/kubeflow-system",
@@ -74,6 +76,15 @@ def test_defaults_match_the_kustomize_install() -> None:
         d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kubetrain-controller"
     )
     assert not any("secrets" in rule["resources"] for rule in role["rules"])
+    base = yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text())
+    for expected in (d for d in base if d["kind"] in ("ClusterRole", "ClusterRoleBinding")):
+        rendered = next(
+            d
+            for d in documents
+            if (d["kind"], d["metadata"]["name"]) == (expected["kind"], expected["metadata"]["name"])
+        )
+        assert rendered.get("rules") == expected.get("rules"), expected["metadata"]["name"]
+        assert rendered.get("roleRef") == expected.get("roleRef"), expected["metadata"]["name"]
     user_roles = list(yaml.safe_load_all((REPO / "deploy" / "base" / "user-roles.yaml").read_text()))
     for expected in user_roles:
         rendered = next(d for d in documents if d["metadata"]["name"] == expected["metadata"]["name"])
@@ -111,6 +122,22 @@ def test_values_reach_the_controller() -> None:
     assert not any(d["metadata"]["name"] == "kubetrain-leader-election" for d in documents)
     role = next(d for d in documents if d["kind"] == "ClusterRole")
     assert any("secrets" in rule["resources"] for rule in role["rules"])
+
+
+def test_watch_namespace_binds_the_controllers_role_in_that_namespace_only() -> None:
+    documents = render("watchNamespace=team-a")
+    assert "--namespace=team-a" in controller_args(documents)
+    bindings = {(d["kind"], d["metadata"]["name"]): d for d in documents if d["kind"].endswith("Binding")}
+    assert ("ClusterRoleBinding", "kubetrain-controller") not in bindings
+    namespaced = bindings[("RoleBinding", "kubetrain-controller")]
+    assert namespaced["metadata"]["namespace"] == "team-a"
+    assert namespaced["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "kubetrain-controller",
+    }
+    assert ("ClusterRoleBinding", "kubetrain-controller-cluster") in bindings
+    assert not any(a.startswith("--namespace") for a in controller_args(render()))
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,9 @@ def test_every_manifest_is_accepted_by_the_api_server(
     assert "deployment.apps/kubetrain-controller serverside-applied (server dry run)" in out
 
 
-def test_the_runtimes_and_extras_are_accepted_by_the_api_server(shell: dict[str, str], crds: None) -> None:
+def test_the_runtimes_and_extras_are_accepted_by_the_api_server(
+    shell: dict[str, str], crds: None, namespace: str
+) -> None:
     # As the docs say, as a dry run: other tests count the runtimes of the shared cluster.
     dry = {" -k ": " --dry-run=server -k "}
     for done in (
@@ -57,6 +59,35 @@ def test_the_runtimes_and_extras_are_accepted_by_the_api_server(shell: dict[str,
         "docs/installing.md", "kubectl apply -k deploy/extras/mpi-ssh-keys", env=shell, replace=dry
     ).stdout
     assert "clusterrole.rbac.authorization.k8s.io/kubetrain-controller-mpi-ssh-keys" in out
+    out = run_documented(
+        "docs/installing.md",
+        "kubectl create rolebinding kubetrain-mpi-ssh-keys",
+        env=shell,
+        replace={"-n training": f"-n {namespace} --dry-run=server"},
+    ).stdout
+    assert "rolebinding.rbac.authorization.k8s.io/kubetrain-mpi-ssh-keys created (server dry run)" in out
+
+
+@pytest.mark.usefixtures("crds")
+def test_the_namespaced_install_is_accepted_by_the_api_server(
+    shell: dict[str, str], kubectl: Kubectl, controller_namespace: str
+) -> None:
+    kubectl("create", "namespace", "training")  # as the docs say: the watched namespace exists first
+    try:
+        out = run_documented(
+            "docs/installing.md",
+            "kubectl apply --server-side -k deploy/overlays/namespaced",
+            env=shell,
+            replace={" -k ": " --force-conflicts --dry-run=server -k "},
+        ).stdout
+    finally:
+        kubectl("delete", "namespace", "training", "--wait=false")
+    assert (
+        "rolebinding.rbac.authorization.k8s.io/kubetrain-controller serverside-applied (server dry run)"
+        in out
+    )
+    assert "clusterrolebinding.rbac.authorization.k8s.io/kubetrain-controller serverside" not in out
+    assert "clusterrolebinding.rbac.authorization.k8s.io/kubetrain-controller-cluster serverside" in out
 
 
 def test_the_crds_install_with_kustomize_too(shell: dict[str, str], crds: None) -> None:
