@@ -75,6 +75,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import hashlib
 import io
 import json
 import os
@@ -120,6 +121,7 @@ _FENCE_MARK = re.compile(r"^attempt-(\d+)(?:@([A-Za-z0-9._-]+))?$")
 # a Kubernetes label value (the lineage is the kubetrain.dev/lineage label): safe as part of a file name
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _OUR_FILES = {MARKER, META, "state.pt", "state.bin", "state.pkl"}
+_DCP_FILE = re.compile(r"^(__\d+_\d+\.distcp|\.metadata)$")  # a sharded save's (torch.distributed.checkpoint)
 
 
 class FencedOff(SystemExit):
@@ -439,6 +441,16 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
 
 
+def _digest(name: str, chunks: Iterable[bytes]) -> dict[str, Any]:
+    """A manifest's entry for a file: its name, size and SHA-256, from its bytes in chunks."""
+    sha = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        sha.update(chunk)
+        size += len(chunk)
+    return {"name": name, "size": size, "sha256": sha.hexdigest()}
+
+
 def _read_meta(path: Path) -> dict[str, Any] | None:
     try:
         meta = json.loads((path / META).read_text())
@@ -449,7 +461,7 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 def _only_ours(path: Path) -> bool:
     try:
-        return all(name in _OUR_FILES for name in os.listdir(path))
+        return all(name in _OUR_FILES or _DCP_FILE.match(name) for name in os.listdir(path))
     except OSError:
         return False
 
@@ -622,23 +634,42 @@ class CheckpointManager:
         raise error
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
+    def save(
+        self, state: Any, step: int, *, metrics: dict[str, Any] | None = None, sharded: bool | None = None
+    ) -> Checkpoint | None:
         """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention.
 
-        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses
-        the directory.
+        ``sharded``: every rank writes its own shards with ``torch.distributed.checkpoint`` and rank 0
+        commits them once all have written (call ``save`` on every rank then); left out, a save is
+        sharded when ``torch.distributed`` is initialised and the state holds DTensor or ShardedTensor
+        values (``kubetrain.checkpoint_sharded``). Raises ``FencedOff`` (exit code 86 when uncaught)
+        when a newer attempt of this lineage uses the directory.
         """
+        if self._sharded(state, sharded):
+            from kubetrain.checkpoint_sharded import save_sharded
+
+            return save_sharded(self, state, step, metrics)
         if not self._begin_save(step, metrics):
             return None
-        refusal = f"save step {step}"
         fmt, payload = self._serialise(state)
-        meta = self._meta(step, fmt, metrics)
         self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"step-{step:08d}"
-        tmp = self.directory / f".tmp-{final.name}-{self._writer()}"
+        tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
         tmp.mkdir()
         try:
             _write(tmp / f"state.{fmt}", payload)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _discard(tmp)
+            self._check_fence(f"save step {step}")  # a newer attempt's cleanup may be what broke this save
+            raise
+        return self._publish_dir(tmp, step, self._meta(step, fmt, metrics))
+
+    def _publish_dir(self, tmp: Path, step: int, meta: dict[str, Any]) -> Checkpoint:
+        """Complete the checkpoint written into ``tmp`` (its meta, then the marker) and rename it to
+        ``step-<N>``, the fence checked right before; apply retention."""
+        refusal = f"save step {step}"
+        final = self.directory / f"step-{step:08d}"
+        try:
             _write(tmp / META, json.dumps(meta).encode())
             _write(tmp / MARKER, b"")
             _fsync_dir(tmp)
@@ -660,6 +691,47 @@ class CheckpointManager:
             _discard(old)
         self._clean_up(protect=final)
         return checkpoint
+
+    def _sharded(self, state: Any, requested: bool | None) -> bool:
+        """Whether a save of ``state`` is sharded (``kubetrain.checkpoint_sharded.is_sharded_save``)."""
+        if requested is False:
+            return False
+        from kubetrain.checkpoint_sharded import is_sharded_save
+
+        torch_dist = sys.modules.get("torch.distributed")
+        distributed = torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized()
+        return is_sharded_save(requested, state, bool(distributed))
+
+    # -- where a sharded save's ranks write (kubetrain.checkpoint_sharded drives them) -----------
+    def _shards_prepare(self, step: int) -> str:
+        """Rank 0: make the temporary directory all ranks write the step's shards into."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
+        tmp.mkdir()
+        return str(tmp)
+
+    def _shards_storage(self, place: str, *, write: bool) -> Any:
+        """DCP's storage writer (or reader) for ``place``."""
+        from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+
+        return FileSystemWriter(place) if write else FileSystemReader(place)
+
+    def _shards_digest(self, place: str, name: str) -> dict[str, Any]:
+        """A written file's manifest entry: its name, size and SHA-256."""
+        with (Path(place) / name).open("rb") as handle:
+            return _digest(name, iter(lambda: handle.read(1 << 20), b""))
+
+    def _shards_commit(self, step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
+        """Rank 0, once every rank has written: publish ``place`` as checkpoint ``step``."""
+        return self._publish_dir(Path(place), step, manifest)
+
+    def _shards_discard(self, place: str) -> None:
+        with contextlib.suppress(OSError):
+            _discard(Path(place))
+
+    def _shards_place(self, checkpoint: Checkpoint) -> str:
+        """Where a sharded checkpoint's files are."""
+        return str(checkpoint.path)
 
     def _begin_save(self, step: int, metrics: dict[str, Any] | None) -> bool:
         """Record the step and its metrics for the report; for the writer (rank 0), start and check the
@@ -800,21 +872,42 @@ class CheckpointManager:
         meta = _read_meta(path)
         return Checkpoint(path, int(match[1]), meta) if meta is not None else None
 
-    def load(self, checkpoint: Checkpoint, *, map_location: Any = None, weights_only: bool = False) -> Any:
+    def load(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        map_location: Any = None,
+        weights_only: bool = False,
+        state_dict: Any = None,
+    ) -> Any:
         """The state stored in ``checkpoint``: read as plain data (tensors, numbers, strings,
-        containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that."""
+        containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that.
+
+        A sharded checkpoint is loaded into ``state_dict`` in place, on every rank, resharded into
+        the current world size (``kubetrain.checkpoint_sharded.load_sharded``), and that is returned.
+        """
+        if self._is_sharded(checkpoint):
+            from kubetrain.checkpoint_sharded import load_sharded
+
+            return load_sharded(self, checkpoint, state_dict)
         fmt = checkpoint.meta.get("format", "pt")
         data = (checkpoint.path / f"state.{fmt}").read_bytes()
         return deserialise(fmt, data, map_location=map_location, weights_only=weights_only)
 
-    def load_latest(self, *, map_location: Any = None) -> tuple[Any, int] | None:
-        """``(state, step)`` of the resume point, or None when training starts from scratch."""
+    @staticmethod
+    def _is_sharded(checkpoint: Checkpoint) -> bool:
+        return checkpoint.meta.get("format") == "dcp"
+
+    def load_latest(self, *, map_location: Any = None, state_dict: Any = None) -> tuple[Any, int] | None:
+        """``(state, step)`` of the resume point, or None when training starts from scratch.
+
+        Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``)."""
         for tries_left in reversed(range(3)):
             checkpoint = self.resume_point()
             if checkpoint is None:
                 return None
             try:
-                state = self.load(checkpoint, map_location=map_location)
+                state = self.load(checkpoint, map_location=map_location, state_dict=state_dict)
             except FileNotFoundError:
                 if tries_left:
                     continue  # moved by a save in progress elsewhere: look again

@@ -31,6 +31,7 @@ LEAVES = (
     "kubetrain.quantity",
     "kubetrain.checkpoint",
     "kubetrain.checkpoint_objects",
+    "kubetrain.checkpoint_sharded",
     "kubetrain.locations",
     "kubetrain.progress",
     "kubetrain.tabular",
