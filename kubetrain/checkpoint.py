@@ -10,7 +10,9 @@ A checkpoint is a directory ``step-<N>`` holding the state and a ``COMPLETE``
 marker. It is written under a temporary name, the marker last, every file
 fsync-ed, and only then renamed into place, so a crash at any moment leaves
 either a complete checkpoint or none: ``latest()`` never returns a checkpoint
-that fails to load. Only rank 0 writes; other ranks' ``save`` is a no-op.
+that fails to load. Only rank 0 writes; other ranks' ``save`` is a no-op, except for a sharded
+save, where every rank writes its shards and rank 0 commits (``kubetrain.checkpoint_sharded``). With
+``blocking=False`` the write and the commit run in a background thread (``kubetrain.checkpoint_async``).
 
 Saving a step that exists already cannot be one rename (a directory is never
 renamed over a non-empty one), so the old one is first moved aside to
@@ -93,9 +95,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kubetrain.locations import is_url
+
+if TYPE_CHECKING:
+    from kubetrain.checkpoint_async import BackgroundSave
 
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "KUBETRAIN_RESUME_FROM"
@@ -553,6 +558,8 @@ class CheckpointManager:
         self._termination_wait = 20.0
         self.termination_requested = False  # SIGTERM arrived after save_on_termination
         self.error: tuple[str, str] | None = None  # the uncaught exception: (Type: message, traceback tail)
+        self._in_flight: BackgroundSave | None = None  # the save(blocking=False) being written
+        self._surfacing_at_exit = False
 
     @property
     def location(self) -> str:
@@ -635,23 +642,78 @@ class CheckpointManager:
 
     # -- saving ----------------------------------------------------------------------------------
     def save(
-        self, state: Any, step: int, *, metrics: dict[str, Any] | None = None, sharded: bool | None = None
+        self,
+        state: Any,
+        step: int,
+        *,
+        metrics: dict[str, Any] | None = None,
+        sharded: bool | None = None,
+        blocking: bool = True,
     ) -> Checkpoint | None:
         """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention.
 
         ``sharded``: every rank writes its own shards with ``torch.distributed.checkpoint`` and rank 0
         commits them once all have written (call ``save`` on every rank then); left out, a save is
         sharded when ``torch.distributed`` is initialised and the state holds DTensor or ShardedTensor
-        values (``kubetrain.checkpoint_sharded``). Raises ``FencedOff`` (exit code 86 when uncaught)
-        when a newer attempt of this lineage uses the directory.
+        values (``kubetrain.checkpoint_sharded``).
+
+        ``blocking=False``: return once the state is copied into host memory, and write and commit it
+        in a background thread (``kubetrain.checkpoint_async``); ``wait()`` gives the checkpoint. Every
+        save first waits for the one in flight and raises what that one raised.
+
+        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses the
+        directory.
         """
+        self.wait()  # at most one save in flight, and never an error of one lost
         if self._sharded(state, sharded):
+            if not blocking:
+                raise ValueError(
+                    "a sharded save is a collective of every rank and is made blocking: pass blocking=True "
+                    "(or sharded=False to save rank 0's copy in the background)"
+                )
             from kubetrain.checkpoint_sharded import save_sharded
 
             return save_sharded(self, state, step, metrics)
         if not self._begin_save(step, metrics):
             return None
-        fmt, payload = self._serialise(state)
+        fmt, payload = self._serialise(state)  # the staging copy: the caller may change the state after
+        if blocking:
+            return self._save_payload(step, fmt, payload, metrics)
+        from kubetrain.checkpoint_async import BackgroundSave
+
+        if not self._surfacing_at_exit:
+            self._surfacing_at_exit = True
+            atexit.register(self._surface_at_exit)
+        self._in_flight = BackgroundSave(step, lambda: self._save_payload(step, fmt, payload, metrics))
+        return None
+
+    def wait(self) -> Checkpoint | None:
+        """Wait for the save in flight (``save(..., blocking=False)``) to be committed: its checkpoint
+        (None when no save is in flight, or on a rank that does not write). Raises what that save
+        raised (``FencedOff`` included), once."""
+        pending, self._in_flight = self._in_flight, None
+        return None if pending is None else pending.wait()
+
+    def _let_in_flight_finish(self, timeout: float) -> None:
+        """Give the save in flight up to ``timeout`` seconds to commit (its errors are left for later)."""
+        if self._in_flight is not None:
+            with contextlib.suppress(Exception):
+                self._in_flight.wait(timeout)
+
+    def _surface_at_exit(self) -> None:
+        """At exit: let the save in flight finish; what it raised goes to stderr and into the report."""
+        try:
+            self.wait()
+        except BaseException as error:
+            message = traceback.format_exception_only(type(error), error)[-1].strip()[:512]
+            print(f"kubetrain.checkpoint: the background save failed: {message}", file=sys.stderr, flush=True)
+            if self.error is None:
+                self.error = (message, "".join(traceback.format_exception(error))[-2048:])
+
+    def _save_payload(
+        self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None
+    ) -> Checkpoint:
+        """Write the serialised state into a temporary directory and publish it (``_publish_dir``)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
         tmp.mkdir()
@@ -964,13 +1026,13 @@ class CheckpointManager:
         if self._report_installed:
             return
         self._report_installed = True
-        atexit.register(
-            lambda: (
-                None
-                if self._reported
-                else self.write_report(status="exited" if self.error is None else "failed")
-            )
-        )
+
+        def report_at_exit() -> None:
+            self._surface_at_exit()  # a background save's error belongs in the report
+            if not self._reported:
+                self.write_report(status="exited" if self.error is None else "failed")
+
+        atexit.register(report_at_exit)
         previous_hook = sys.excepthook
 
         def on_exception(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
@@ -991,6 +1053,7 @@ class CheckpointManager:
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
             if self._final_state is None:
+                self._let_in_flight_finish(self._termination_wait)  # the report then names it
                 exit_now(signum, frame)
                 return
             if self.termination_requested:
@@ -1030,10 +1093,15 @@ class CheckpointManager:
 
         ``stop`` overrides ``termination_requested``: a distributed script passes what its ranks agreed
         (any rank's request, e.g. an all-reduce of the flag), so that every rank stops at the same step
-        and rank 0 saves it even when only another rank's pod was disrupted.
+        and rank 0 saves it even when only another rank's pod was disrupted. A save still in flight
+        (``blocking=False``) is waited for first; the last checkpoint is then saved blocking.
         """
         if not (self.termination_requested if stop is None else stop):
             return
+        try:
+            self.wait()  # a save in flight commits first (it may be this very step)
+        except Exception as error:
+            print(f"kubetrain.checkpoint: the save in flight failed ({error}); saving now", file=sys.stderr)
         if self._final_state is not None and (self.last_saved is None or self.last_saved.step != step):
             self.save(self._final_state(), step)
         self.write_report(status="preempted")

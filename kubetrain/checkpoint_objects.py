@@ -221,23 +221,13 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         return fence_of(names, self.lineage)
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(
-        self, state: Any, step: int, *, metrics: dict[str, Any] | None = None, sharded: bool | None = None
-    ) -> Checkpoint | None:
-        """Upload ``state`` as checkpoint ``step``, then commit it (rank 0 only); apply retention.
+    def _save_payload(
+        self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None
+    ) -> Checkpoint:
+        """Upload the serialised state under this save's writer name, then commit it (``_commit``).
 
-        ``sharded`` as for ``CheckpointManager.save``: every rank uploads its shards under one writer's
-        name, and rank 0 commits once all have. Raises ``FencedOff`` when a newer attempt of this
-        lineage uses the location. When another writer of this attempt committed ``step`` first, its
-        checkpoint is the step's and is returned.
-        """
-        if self._sharded(state, sharded):
-            from kubetrain.checkpoint_sharded import save_sharded
-
-            return save_sharded(self, state, step, metrics)
-        if not self._begin_save(step, metrics):
-            return None
-        fmt, payload = self._serialise(state)
+        When another writer of this attempt committed ``step`` first, its checkpoint is the step's and
+        is returned."""
         writer = self._writer()
         step_prefix = f"{self.root}/step-{step:08d}"
         name = f"state.{fmt}"

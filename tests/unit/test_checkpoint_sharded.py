@@ -171,3 +171,23 @@ def test_each_rank_hashes_the_files_it_wrote_and_the_highest_fence_wins() -> Non
     assert own_files(names, 0) == [".metadata", "__0_0.distcp", "__0_1.distcp"]
     assert own_files(names, 1) == ["__1_0.distcp"] and own_files(names, 12) == ["__12_0.distcp"]
     assert highest_fence([None, 2, 3, None]) == 3 and highest_fence([None, None]) is None
+
+
+def test_the_documented_sharded_loop_saves_then_a_rerun_resumes(tmp_path: Path) -> None:
+    # docs/checkpoints.md's sharded loop, in one process (no process group), run twice as a pod would be
+    from tests.docs_commands import python_blocks
+
+    _, loop = python_blocks("docs/checkpoints.md")
+    prelude = "import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 2)\n"
+    prelude += "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nsteps = 300\n"
+    script = tmp_path / "train.py"
+    script.write_text(prelude + loop + "\nprint('started at', start, state['step'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBETRAIN_")}
+    env.update(KUBETRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"), OMP_NUM_THREADS="1")
+    for expected in ("started at 0 0", "started at 300 300"):
+        run = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, check=False
+        )
+        assert run.returncode == 0 and expected in run.stdout, run.stdout + run.stderr[-2000:]
+    latest = CheckpointManager(tmp_path / "ckpt").latest()
+    assert latest is not None and latest.step == 300 and latest.meta["format"] == "dcp"

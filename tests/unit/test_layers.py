@@ -32,6 +32,7 @@ LEAVES = (
     "kubetrain.checkpoint",
     "kubetrain.checkpoint_objects",
     "kubetrain.checkpoint_sharded",
+    "kubetrain.checkpoint_async",
     "kubetrain.locations",
     "kubetrain.progress",
     "kubetrain.tabular",
