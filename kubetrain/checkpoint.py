@@ -560,6 +560,7 @@ class CheckpointManager:
         self.error: tuple[str, str] | None = None  # the uncaught exception: (Type: message, traceback tail)
         self._in_flight: BackgroundSave | None = None  # the save(blocking=False) being written
         self._surfacing_at_exit = False
+        self._checkpoint_group: Any = None  # the process group of background sharded saves
 
     @property
     def location(self) -> str:
@@ -666,26 +667,25 @@ class CheckpointManager:
         """
         self.wait()  # at most one save in flight, and never an error of one lost
         if self._sharded(state, sharded):
-            if not blocking:
-                raise ValueError(
-                    "a sharded save is a collective of every rank and is made blocking: pass blocking=True "
-                    "(or sharded=False to save rank 0's copy in the background)"
-                )
             from kubetrain.checkpoint_sharded import save_sharded
 
-            return save_sharded(self, state, step, metrics)
+            return save_sharded(self, state, step, metrics, blocking=blocking)
         if not self._begin_save(step, metrics):
             return None
         fmt, payload = self._serialise(state)  # the staging copy: the caller may change the state after
         if blocking:
             return self._save_payload(step, fmt, payload, metrics)
+        self._in_background(step, lambda: self._save_payload(step, fmt, payload, metrics))
+        return None
+
+    def _in_background(self, step: int, work: Callable[[], Checkpoint | None]) -> None:
+        """Run ``work`` (the write and the commit of ``step``) as the save in flight."""
         from kubetrain.checkpoint_async import BackgroundSave
 
         if not self._surfacing_at_exit:
             self._surfacing_at_exit = True
             atexit.register(self._surface_at_exit)
-        self._in_flight = BackgroundSave(step, lambda: self._save_payload(step, fmt, payload, metrics))
-        return None
+        self._in_flight = BackgroundSave(step, work)
 
     def wait(self) -> Checkpoint | None:
         """Wait for the save in flight (``save(..., blocking=False)``) to be committed: its checkpoint
@@ -709,6 +709,16 @@ class CheckpointManager:
             print(f"kubetrain.checkpoint: the background save failed: {message}", file=sys.stderr, flush=True)
             if self.error is None:
                 self.error = (message, "".join(traceback.format_exception(error))[-2048:])
+
+    def _background_group(self) -> Any:
+        """The process group a background sharded save's collectives use (made on first use, by every
+        rank at the same save): gloo, apart from the default group the training loop uses. None
+        without a process group."""
+        import torch.distributed as dist
+
+        if self._checkpoint_group is None and dist.is_available() and dist.is_initialized():
+            self._checkpoint_group = dist.new_group(backend="gloo")
+        return self._checkpoint_group
 
     def _save_payload(
         self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None

@@ -19,6 +19,10 @@ The rules that keep it safe:
 - termination (``end_of_step`` after ``save_on_termination``, and SIGTERM without it) waits for the
   save in flight before it saves or reports.
 
+A sharded save (``kubetrain.checkpoint_sharded``) goes to the background the same way, except that
+DCP's ``async_save`` does the staging (each rank copies its shards into host memory) and the
+background's collectives use a gloo process group of their own, apart from the training loop's.
+
 The thread is not a daemon: a script that ends without ``wait()`` still finishes its last save before
 the interpreter exits.
 """

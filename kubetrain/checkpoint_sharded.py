@@ -26,6 +26,11 @@ When a save is sharded: ``save(state, step, sharded=True)`` or ``sharded=False``
 ShardedTensor (FSDP2, tensor parallelism), and rank 0's ``torch.save`` otherwise. A plain DDP model's
 state is the same on every rank: ``sharded=True`` has DCP spread its write over the ranks.
 
+``save(..., blocking=False)``: DCP's ``async_save`` stages every rank's shards into host memory before
+``save`` returns; the write, the hashes and the commit then run in the manager's background save
+(``kubetrain.checkpoint_async``), their collectives on a gloo process group made for them, so they
+never interleave with the training loop's collectives on the default group.
+
 torch is imported inside the functions only: the controller and the client import
 ``kubetrain.checkpoint`` and must not pull torch in.
 """
@@ -103,12 +108,13 @@ class Ranks:
     """The collectives a sharded save needs: ``torch.distributed``'s when it is initialised, else those
     of a world of one process."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
         self._dist = dist if dist.is_available() and dist.is_initialized() else None
+        self.group = group  # None: the default process group
         self.rank = int(self._dist.get_rank()) if self._dist else 0
-        self.size = int(self._dist.get_world_size()) if self._dist else 1
+        self.size = int(self._dist.get_world_size(group)) if self._dist else 1
         self.alone = self._dist is None  # no process group: DCP is told so (no_dist)
 
     def broadcast(self, value: T) -> T:
@@ -116,7 +122,7 @@ class Ranks:
         if self._dist is None:
             return value
         box: list[Any] = [value]
-        self._dist.broadcast_object_list(box, src=0)
+        self._dist.broadcast_object_list(box, src=0, group=self.group)
         result: T = box[0]
         return result
 
@@ -125,7 +131,7 @@ class Ranks:
         if self._dist is None:
             return [value]
         gathered: list[Any] = [None] * self.size
-        self._dist.all_gather_object(gathered, value)
+        self._dist.all_gather_object(gathered, value, group=self.group)
         return gathered
 
     def together(self, work: Callable[[], T]) -> list[T]:
@@ -149,23 +155,63 @@ class Ranks:
 
 # -- saving and loading --------------------------------------------------------------------------
 def save_sharded(
-    manager: CheckpointManager, state: Any, step: int, metrics: dict[str, Any] | None
-) -> Checkpoint:
+    manager: CheckpointManager,
+    state: Any,
+    step: int,
+    metrics: dict[str, Any] | None,
+    *,
+    blocking: bool = True,
+) -> Checkpoint | None:
     """Save ``state`` as checkpoint ``step`` from every rank (call it on every rank), commit it on rank 0
-    once all have written; every rank returns the committed checkpoint (see the module docstring)."""
-    from torch.distributed.checkpoint.state_dict_saver import save
+    once all have written; every rank returns the committed checkpoint (see the module docstring).
 
+    ``blocking=False``: return once DCP has staged the state into host memory (``async_save``); the
+    write, the hashes and the commit go on in the manager's ``BackgroundSave``, their collectives on a
+    process group of their own, so they never interleave with the training loop's. Returns None then.
+    """
     ranks = Ranks()
-    refusal = f"save step {step}"
     manager.last_step = step
     if metrics:
         manager.last_metrics = dict(metrics)
-    agree_on_fence(manager, ranks, refusal)
-    place = ranks.broadcast(
-        ranks.together(lambda: manager._shards_prepare(step) if ranks.rank == 0 else "")[0]
-    )
+    agree_on_fence(manager, ranks, f"save step {step}")
+    place = ranks.together(lambda: manager._shards_prepare(step) if ranks.rank == 0 else "")[0]
+    writer = manager._shards_storage(place, write=True)
+    if blocking:
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        def write() -> Any:
+            return save(state, storage_writer=writer, no_dist=ranks.alone)
+
+        return _finish(manager, ranks, place, step, metrics, write=write)
+    from torch.distributed.checkpoint.state_dict_saver import async_save
+
+    background = Ranks(manager._background_group())
     try:
-        metadata = save(state, storage_writer=manager._shards_storage(place, write=True), no_dist=ranks.alone)
+        staged = async_save(state, storage_writer=writer, process_group=background.group, no_dist=ranks.alone)
+    except BaseException:
+        if ranks.rank == 0:
+            manager._shards_discard(place)
+        raise
+    upload: Any = getattr(staged, "upload_completion", staged)  # a Future, or a response holding one
+    manager._in_background(
+        step, lambda: _finish(manager, background, place, step, metrics, write=upload.result)
+    )
+    return None
+
+
+def _finish(
+    manager: CheckpointManager,
+    ranks: Ranks,
+    place: str,
+    step: int,
+    metrics: dict[str, Any] | None,
+    *,
+    write: Callable[[], Any],
+) -> Checkpoint:
+    """Have every rank write its shards (``write`` returns DCP's metadata) and hash them; then rank 0
+    commits and tells the others what came of it."""
+    try:
+        metadata = write()
         files = {info.relative_path for info in metadata.storage_data.values()} | {DCP_METADATA}
         mine = own_files(files, ranks.rank)
         digests = ranks.together(lambda: [manager._shards_digest(place, name) for name in mine])
@@ -193,7 +239,7 @@ def save_sharded(
     received: tuple[str, Any] = ranks.broadcast(("", None))
     outcome, detail = received
     if outcome == "fenced":
-        manager._fenced_off(int(detail), refusal)
+        manager._fenced_off(int(detail), f"save step {step}")
     if outcome != "committed" or not isinstance(detail, Checkpoint):
         raise ShardedSaveError(f"step {step} was not committed: {detail}")
     manager.last_saved = detail

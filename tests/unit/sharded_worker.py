@@ -154,10 +154,49 @@ def crash_before_commit(rank: int, location: str, mesh: Any) -> None:
     os._exit(4)  # rank 1: rank 0 never told it the outcome, so it cannot get here
 
 
+def save_in_background(rank: int, location: str, mesh: Any) -> None:
+    """FSDP2 state saved with blocking=False: staged before ``save`` returns, committed in the background
+    while the loop's own collectives go on, reported only once committed."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from kubetrain.checkpoint import CheckpointManager
+
+    ckpt = CheckpointManager(location, attempt=1)
+    sharded = fsdp(0, mesh)
+    release = threading.Event()
+    real = ckpt._shards_commit
+
+    def held(step: int, place: str, manifest: dict[str, Any]) -> Any:
+        assert release.wait(60), "never released"
+        return real(step, place, manifest)
+
+    ckpt._shards_commit = held  # type: ignore[method-assign]
+    assert ckpt.save({"model": sharded.state_dict()}, 10, blocking=False) is None
+    with torch.no_grad():  # the loop goes on at once: the checkpoint must keep the state as it was
+        for parameter in sharded.parameters():
+            parameter.add_(1)
+    dist.all_reduce(torch.ones(1))  # the loop's collectives do not wait for the background save's
+    assert ckpt.last_saved is None and ckpt.report()["last_checkpoint"] is None, "reported before its commit"
+    dist.barrier()  # every rank has looked before rank 0 may commit
+    release.set()
+    saved = ckpt.wait()
+    assert saved is not None and saved.step == 10 and ckpt.last_saved == saved, saved
+    fresh = fsdp(1, mesh)
+    state = {"model": fresh.state_dict()}
+    assert CheckpointManager(location).load_latest(state_dict=state) == (state, 10)
+    assert same(full(fresh.state_dict()), full(model(0).state_dict())), (
+        "the checkpoint is not the staged state"
+    )
+
+
 SCENARIOS: dict[str, Callable[[int, str, Any], None]] = {
     "save_then_load": save_then_load,
     "load_then_save": load_then_save,
     "crash_before_commit": crash_before_commit,
+    "save_in_background": save_in_background,
 }
 
 

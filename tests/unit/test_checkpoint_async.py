@@ -209,6 +209,25 @@ def test_a_stale_attempt_s_background_commit_is_refused(location: str) -> None:
     assert CheckpointManager(location, rank=0, attempt=2).latest() is None
 
 
-def test_a_sharded_save_is_not_made_in_the_background(location: str) -> None:
-    with pytest.raises(ValueError, match="blocking=True"):
-        CheckpointManager(location, rank=0).save({"w": torch.ones(1)}, 1, sharded=True, blocking=False)
+def test_a_sharded_save_in_the_background_is_staged_at_once_and_reported_once_committed(
+    location: str,
+) -> None:
+    ckpt = CheckpointManager(location, rank=0)
+    release = threading.Event()
+    real = ckpt._shards_commit
+
+    def held(step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
+        assert release.wait(PATIENCE)
+        return real(step, place, manifest)
+
+    ckpt._shards_commit = held  # type: ignore[method-assign]
+    weights = torch.ones(3)
+    assert ckpt.save({"w": weights}, 10, sharded=True, blocking=False) is None
+    weights.add_(1)
+    assert ckpt.last_saved is None
+    release.set()
+    saved = ckpt.wait()
+    assert saved is not None and saved.meta["format"] == "dcp" and ckpt.last_saved == saved
+    state = {"w": torch.empty(3)}
+    assert CheckpointManager(location).load_latest(state_dict=state) == (state, 10)
+    assert torch.equal(state["w"], torch.ones(3)), "the checkpoint is not the staged copy"

@@ -191,3 +191,13 @@ def test_the_documented_sharded_loop_saves_then_a_rerun_resumes(tmp_path: Path) 
         assert run.returncode == 0 and expected in run.stdout, run.stdout + run.stderr[-2000:]
     latest = CheckpointManager(tmp_path / "ckpt").latest()
     assert latest is not None and latest.step == 300 and latest.meta["format"] == "dcp"
+
+
+def test_a_background_sharded_save_is_staged_before_save_returns_and_reported_once_committed(
+    tmp_path: Path,
+) -> None:
+    location = f"{STORE}://{str(tmp_path).lstrip('/')}/ckpt"
+    results = ranks("save_in_background", location, tmp_path)
+    assert [code for code, _ in results] == [0, 0], results
+    checkpoint = CheckpointManager(location).latest()
+    assert checkpoint is not None and checkpoint.step == 10 and checkpoint.meta["world_size"] == 2
