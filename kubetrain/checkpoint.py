@@ -973,15 +973,20 @@ class CheckpointManager:
     def load_latest(self, *, map_location: Any = None, state_dict: Any = None) -> tuple[Any, int] | None:
         """``(state, step)`` of the resume point, or None when training starts from scratch.
 
-        Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``)."""
+        Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``); every
+        rank then resumes from the checkpoint rank 0 chose, since the load is a collective."""
         for tries_left in reversed(range(3)):
             checkpoint = self.resume_point()
+            if state_dict is not None:
+                from kubetrain.checkpoint_sharded import agree_on_checkpoint
+
+                checkpoint = agree_on_checkpoint(checkpoint)
             if checkpoint is None:
                 return None
             try:
                 state = self.load(checkpoint, map_location=map_location, state_dict=state_dict)
             except FileNotFoundError:
-                if tries_left:
+                if tries_left and state_dict is None:  # a collective load is not retried by one rank
                     continue  # moved by a save in progress elsewhere: look again
                 raise
             self.resumed_from = checkpoint

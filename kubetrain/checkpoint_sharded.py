@@ -262,6 +262,12 @@ def agree_on_fence(manager: CheckpointManager, ranks: Ranks, refusal: str) -> No
         manager._fenced_off(fence, refusal)
 
 
+def agree_on_checkpoint(checkpoint: Checkpoint | None) -> Checkpoint | None:
+    """Rank 0's choice of the checkpoint to resume from, on every rank (each may have listed the
+    location at another moment, or been given another hint)."""
+    return Ranks().broadcast(checkpoint)
+
+
 def load_sharded(manager: CheckpointManager, checkpoint: Checkpoint, state_dict: Any) -> Any:
     """Load a sharded checkpoint into ``state_dict`` in place (call it on every rank): DCP reshards it
     into the current world size, whatever the world size that saved it. Each rank first checks the

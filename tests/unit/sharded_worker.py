@@ -108,14 +108,16 @@ def save_then_load(rank: int, location: str, mesh: Any) -> None:
 
 
 def load_then_save(rank: int, location: str, mesh: Any) -> None:
-    """Load what one process saved into two ranks' FSDP2 shards; save a DDP model's state sharded;
-    a stale attempt is refused on every rank before it writes."""
+    """Load what one process saved into two ranks' FSDP2 shards (from rank 0's choice of checkpoint);
+    save a DDP model's state sharded; a stale attempt is refused on every rank before it writes."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from kubetrain.checkpoint import CheckpointManager, FencedOff
 
     ckpt = CheckpointManager(location, attempt=1)
+    if rank == 1:  # rank 1 finds nothing (it listed too early, say): it resumes from rank 0's choice
+        ckpt.resume_point = lambda: None  # type: ignore[method-assign]
     fresh = fsdp(1, mesh)
     state = {"model": fresh.state_dict(), "epoch": 0}
     resumed = ckpt.load_latest(state_dict=state)
