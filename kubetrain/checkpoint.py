@@ -793,6 +793,10 @@ class CheckpointManager:
         with (Path(place) / name).open("rb") as handle:
             return _digest(name, iter(lambda: handle.read(1 << 20), b""))
 
+    def _shards_sizes(self, place: str) -> dict[str, int]:
+        """The files rank 0 sees in ``place``, with their sizes."""
+        return {entry.name: entry.stat().st_size for entry in os.scandir(place) if entry.is_file()}
+
     def _shards_commit(self, step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
         """Rank 0, once every rank has written: publish ``place`` as checkpoint ``step``."""
         return self._publish_dir(Path(place), step, manifest)

@@ -282,6 +282,13 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         with self.fs.open(f"{place}/{name}", "rb") as handle:
             return _digest(name, iter(lambda: handle.read(1 << 20), b""))
 
+    def _shards_sizes(self, place: str) -> dict[str, int]:
+        try:
+            found = self.fs.find(place, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {key[len(place) :].lstrip("/"): int(info.get("size") or 0) for key, info in found.items()}
+
     def _shards_commit(self, step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
         step_prefix, writer = place.rsplit("/", 1)
         return self._commit(step, step_prefix, writer, manifest)

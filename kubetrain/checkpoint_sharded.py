@@ -98,6 +98,11 @@ def own_files(files: Iterable[str], rank: int) -> list[str]:
     return mine
 
 
+def unseen(entries: Iterable[Mapping[str, Any]], sizes: Mapping[str, int]) -> list[str]:
+    """The files of a manifest that rank 0 does not see in the save's place with their size."""
+    return [str(e["name"]) for e in entries if sizes.get(str(e["name"])) != e.get("size")]
+
+
 def highest_fence(seen: Iterable[int | None]) -> int | None:
     """The highest fence any rank read (None: none recorded)."""
     return max((fence for fence in seen if fence is not None), default=None)
@@ -221,11 +226,13 @@ def _finish(
         raise
     if ranks.rank == 0:
         try:
-            manifest = {
-                **manager._meta(step, FORMAT, metrics),
-                "world_size": ranks.size,
-                "files": sorted((entry for entries in digests for entry in entries), key=lambda f: f["name"]),
-            }
+            written = sorted((entry for entries in digests for entry in entries), key=lambda f: f["name"])
+            if missing := unseen(written, manager._shards_sizes(place)):
+                raise ShardedSaveError(
+                    f"rank 0 does not see {', '.join(missing)} in {place}, which other ranks wrote: a sharded "
+                    "save needs a location every rank shares (object storage, or a ReadWriteMany volume)"
+                )
+            manifest = {**manager._meta(step, FORMAT, metrics), "world_size": ranks.size, "files": written}
             checkpoint = manager._shards_commit(step, place, manifest)
         except FencedOff as fenced:
             ranks.broadcast(("fenced", fenced.fence))

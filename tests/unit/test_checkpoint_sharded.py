@@ -20,7 +20,14 @@ import pytest
 import torch
 
 from kubetrain.checkpoint import CheckpointManager, FencedOff
-from kubetrain.checkpoint_sharded import highest_fence, holds_shards, is_sharded_save, own_files
+from kubetrain.checkpoint_sharded import (
+    ShardedSaveError,
+    highest_fence,
+    holds_shards,
+    is_sharded_save,
+    own_files,
+    unseen,
+)
 from tests.unit.sharded_worker import STORE, full, model, same
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +139,26 @@ def test_a_stale_attempt_s_sharded_commit_is_refused(location: str) -> None:
     assert new.load_latest(state_dict=state) == (state, 10) and torch.equal(state["w"], torch.ones(2))
 
 
+def test_rank_0_does_not_commit_shards_it_cannot_see(location: str) -> None:
+    # as on a volume that is not shared: another rank's shards went to a disk rank 0 does not see
+    ckpt = CheckpointManager(location)
+    ckpt.save({"w": torch.ones(2)}, 10, sharded=True)
+    real = ckpt._shards_digest
+    fs, _ = fsspec.core.url_to_fs(location)
+
+    def written_elsewhere(place: str, name: str) -> dict[str, Any]:
+        entry = real(place, name)
+        if name.endswith(".distcp"):
+            fs.rm_file(f"{place}/{name}")
+        return entry
+
+    ckpt._shards_digest = written_elsewhere  # type: ignore[method-assign]
+    with pytest.raises(ShardedSaveError, match=r"does not see __0_0\.distcp"):
+        ckpt.save({"w": torch.zeros(2)}, 20, sharded=True)
+    assert [c.step for c in CheckpointManager(location).checkpoints()] == [10]
+    assert not [f for f in files(location) if "step-00000020" in f], "the refused save left files"
+
+
 def test_a_sharded_checkpoint_loads_only_into_a_state_dict_and_only_unchanged(location: str) -> None:
     ckpt = CheckpointManager(location)
     saved = ckpt.save({"w": torch.arange(4.0)}, 1, sharded=True)
@@ -171,6 +198,8 @@ def test_each_rank_hashes_the_files_it_wrote_and_the_highest_fence_wins() -> Non
     assert own_files(names, 0) == [".metadata", "__0_0.distcp", "__0_1.distcp"]
     assert own_files(names, 1) == ["__1_0.distcp"] and own_files(names, 12) == ["__12_0.distcp"]
     assert highest_fence([None, 2, 3, None]) == 3 and highest_fence([None, None]) is None
+    written = [{"name": "a", "size": 3}, {"name": "b", "size": 4}]
+    assert unseen(written, {"a": 3, "b": 4, "c": 1}) == [] and unseen(written, {"a": 3, "b": 2}) == ["b"]
 
 
 def test_the_documented_sharded_loop_saves_then_a_rerun_resumes(tmp_path: Path) -> None:
