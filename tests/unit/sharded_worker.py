@@ -66,6 +66,11 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def committed(ckpt: Any) -> Any:
+    """What the manager reports as its last checkpoint."""
+    return ckpt.last_saved
+
+
 def fsdp(seed: int, mesh: Any) -> Any:
     from torch.distributed.fsdp import fully_shard
 
@@ -181,7 +186,7 @@ def save_in_background(rank: int, location: str, mesh: Any) -> None:
         for parameter in sharded.parameters():
             parameter.add_(1)
     dist.all_reduce(torch.ones(1))  # the loop's collectives do not wait for the background save's
-    assert ckpt.last_saved is None and ckpt.report()["last_checkpoint"] is None, "reported before its commit"
+    assert committed(ckpt) is None and ckpt.report()["last_checkpoint"] is None, "reported before its commit"
     dist.barrier()  # every rank has looked before rank 0 may commit
     release.set()
     saved = ckpt.wait()
