@@ -10,7 +10,9 @@ A checkpoint is a directory ``step-<N>`` holding the state and a ``COMPLETE``
 marker. It is written under a temporary name, the marker last, every file
 fsync-ed, and only then renamed into place, so a crash at any moment leaves
 either a complete checkpoint or none: ``latest()`` never returns a checkpoint
-that fails to load. Only rank 0 writes; other ranks' ``save`` is a no-op.
+that fails to load. Only rank 0 writes; other ranks' ``save`` is a no-op, except for a sharded
+save, where every rank writes its shards and rank 0 commits (``kubetrain.checkpoint_sharded``). With
+``blocking=False`` the write and the commit run in a background thread (``kubetrain.checkpoint_async``).
 
 Saving a step that exists already cannot be one rename (a directory is never
 renamed over a non-empty one), so the old one is first moved aside to
@@ -75,6 +77,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import hashlib
 import io
 import json
 import os
@@ -92,9 +95,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kubetrain.locations import is_url
+
+if TYPE_CHECKING:
+    from kubetrain.checkpoint_async import BackgroundSave
 
 ENV_DIR = "KUBETRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "KUBETRAIN_RESUME_FROM"
@@ -120,6 +126,7 @@ _FENCE_MARK = re.compile(r"^attempt-(\d+)(?:@([A-Za-z0-9._-]+))?$")
 # a Kubernetes label value (the lineage is the kubetrain.dev/lineage label): safe as part of a file name
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _OUR_FILES = {MARKER, META, "state.pt", "state.bin", "state.pkl"}
+_DCP_FILE = re.compile(r"^(__\d+_\d+\.distcp|\.metadata)$")  # a sharded save's (torch.distributed.checkpoint)
 
 
 class FencedOff(SystemExit):
@@ -439,6 +446,16 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
 
 
+def _digest(name: str, chunks: Iterable[bytes]) -> dict[str, Any]:
+    """A manifest's entry for a file: its name, size and SHA-256, from its bytes in chunks."""
+    sha = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        sha.update(chunk)
+        size += len(chunk)
+    return {"name": name, "size": size, "sha256": sha.hexdigest()}
+
+
 def _read_meta(path: Path) -> dict[str, Any] | None:
     try:
         meta = json.loads((path / META).read_text())
@@ -449,7 +466,7 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 def _only_ours(path: Path) -> bool:
     try:
-        return all(name in _OUR_FILES for name in os.listdir(path))
+        return all(name in _OUR_FILES or _DCP_FILE.match(name) for name in os.listdir(path))
     except OSError:
         return False
 
@@ -541,6 +558,9 @@ class CheckpointManager:
         self._termination_wait = 20.0
         self.termination_requested = False  # SIGTERM arrived after save_on_termination
         self.error: tuple[str, str] | None = None  # the uncaught exception: (Type: message, traceback tail)
+        self._in_flight: BackgroundSave | None = None  # the save(blocking=False) being written
+        self._surfacing_at_exit = False
+        self._checkpoint_group: Any = None  # the process group of background sharded saves
 
     @property
     def location(self) -> str:
@@ -622,23 +642,106 @@ class CheckpointManager:
         raise error
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
+    def save(
+        self,
+        state: Any,
+        step: int,
+        *,
+        metrics: dict[str, Any] | None = None,
+        sharded: bool | None = None,
+        blocking: bool = True,
+    ) -> Checkpoint | None:
         """Write ``state`` as checkpoint ``step`` atomically (rank 0 only); apply retention.
 
-        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses
-        the directory.
+        ``sharded``: every rank writes its own shards with ``torch.distributed.checkpoint`` and rank 0
+        commits them once all have written (call ``save`` on every rank then); left out, a save is
+        sharded when ``torch.distributed`` is initialised and the state holds DTensor or ShardedTensor
+        values (``kubetrain.checkpoint_sharded``).
+
+        ``blocking=False``: return once the state is copied into host memory, and write and commit it
+        in a background thread (``kubetrain.checkpoint_async``); ``wait()`` gives the checkpoint. Every
+        save first waits for the one in flight and raises what that one raised.
+
+        Raises ``FencedOff`` (exit code 86 when uncaught) when a newer attempt of this lineage uses the
+        directory.
         """
+        self.wait()  # at most one save in flight, and never an error of one lost
+        if self._sharded(state, sharded):
+            from kubetrain.checkpoint_sharded import save_sharded
+
+            return save_sharded(self, state, step, metrics, blocking=blocking)
         if not self._begin_save(step, metrics):
             return None
-        refusal = f"save step {step}"
-        fmt, payload = self._serialise(state)
-        meta = self._meta(step, fmt, metrics)
+        fmt, payload = self._serialise(state)  # the staging copy: the caller may change the state after
+        if blocking:
+            return self._save_payload(step, fmt, payload, metrics)
+        self._in_background(step, lambda: self._save_payload(step, fmt, payload, metrics))
+        return None
+
+    def _in_background(self, step: int, work: Callable[[], Checkpoint | None]) -> None:
+        """Run ``work`` (the write and the commit of ``step``) as the save in flight."""
+        from kubetrain.checkpoint_async import BackgroundSave
+
+        if not self._surfacing_at_exit:
+            self._surfacing_at_exit = True
+            atexit.register(self._surface_at_exit)
+        self._in_flight = BackgroundSave(step, work)
+
+    def wait(self) -> Checkpoint | None:
+        """Wait for the save in flight (``save(..., blocking=False)``) to be committed: its checkpoint
+        (None when no save is in flight, or on a rank that does not write). Raises what that save
+        raised (``FencedOff`` included), once."""
+        pending, self._in_flight = self._in_flight, None
+        return None if pending is None else pending.wait()
+
+    def _let_in_flight_finish(self, timeout: float) -> None:
+        """Give the save in flight up to ``timeout`` seconds to commit (its errors are left for later)."""
+        if self._in_flight is not None:
+            with contextlib.suppress(Exception):
+                self._in_flight.wait(timeout)
+
+    def _surface_at_exit(self) -> None:
+        """At exit: let the save in flight finish; what it raised goes to stderr and into the report."""
+        try:
+            self.wait()
+        except BaseException as error:
+            message = traceback.format_exception_only(type(error), error)[-1].strip()[:512]
+            print(f"kubetrain.checkpoint: the background save failed: {message}", file=sys.stderr, flush=True)
+            if self.error is None:
+                self.error = (message, "".join(traceback.format_exception(error))[-2048:])
+
+    def _background_group(self) -> Any:
+        """The process group a background sharded save's collectives use (made on first use, by every
+        rank at the same save): gloo, apart from the default group the training loop uses. None
+        without a process group."""
+        import torch.distributed as dist
+
+        if self._checkpoint_group is None and dist.is_available() and dist.is_initialized():
+            self._checkpoint_group = dist.new_group(backend="gloo")
+        return self._checkpoint_group
+
+    def _save_payload(
+        self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None
+    ) -> Checkpoint:
+        """Write the serialised state into a temporary directory and publish it (``_publish_dir``)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"step-{step:08d}"
-        tmp = self.directory / f".tmp-{final.name}-{self._writer()}"
+        tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
         tmp.mkdir()
         try:
             _write(tmp / f"state.{fmt}", payload)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _discard(tmp)
+            self._check_fence(f"save step {step}")  # a newer attempt's cleanup may be what broke this save
+            raise
+        return self._publish_dir(tmp, step, self._meta(step, fmt, metrics))
+
+    def _publish_dir(self, tmp: Path, step: int, meta: dict[str, Any]) -> Checkpoint:
+        """Complete the checkpoint written into ``tmp`` (its meta, then the marker) and rename it to
+        ``step-<N>``, the fence checked right before; apply retention."""
+        refusal = f"save step {step}"
+        final = self.directory / f"step-{step:08d}"
+        try:
             _write(tmp / META, json.dumps(meta).encode())
             _write(tmp / MARKER, b"")
             _fsync_dir(tmp)
@@ -660,6 +763,51 @@ class CheckpointManager:
             _discard(old)
         self._clean_up(protect=final)
         return checkpoint
+
+    def _sharded(self, state: Any, requested: bool | None) -> bool:
+        """Whether a save of ``state`` is sharded (``kubetrain.checkpoint_sharded.is_sharded_save``)."""
+        if requested is False:
+            return False
+        from kubetrain.checkpoint_sharded import is_sharded_save
+
+        torch_dist = sys.modules.get("torch.distributed")
+        distributed = torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized()
+        return is_sharded_save(requested, state, bool(distributed))
+
+    # -- where a sharded save's ranks write (kubetrain.checkpoint_sharded drives them) -----------
+    def _shards_prepare(self, step: int) -> str:
+        """Rank 0: make the temporary directory all ranks write the step's shards into."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
+        tmp.mkdir()
+        return str(tmp)
+
+    def _shards_storage(self, place: str, *, write: bool) -> Any:
+        """DCP's storage writer (or reader) for ``place``."""
+        from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+
+        return FileSystemWriter(place) if write else FileSystemReader(place)
+
+    def _shards_digest(self, place: str, name: str) -> dict[str, Any]:
+        """A written file's manifest entry: its name, size and SHA-256."""
+        with (Path(place) / name).open("rb") as handle:
+            return _digest(name, iter(lambda: handle.read(1 << 20), b""))
+
+    def _shards_sizes(self, place: str) -> dict[str, int]:
+        """The files rank 0 sees in ``place``, with their sizes."""
+        return {entry.name: entry.stat().st_size for entry in os.scandir(place) if entry.is_file()}
+
+    def _shards_commit(self, step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
+        """Rank 0, once every rank has written: publish ``place`` as checkpoint ``step``."""
+        return self._publish_dir(Path(place), step, manifest)
+
+    def _shards_discard(self, place: str) -> None:
+        with contextlib.suppress(OSError):
+            _discard(Path(place))
+
+    def _shards_place(self, checkpoint: Checkpoint) -> str:
+        """Where a sharded checkpoint's files are."""
+        return str(checkpoint.path)
 
     def _begin_save(self, step: int, metrics: dict[str, Any] | None) -> bool:
         """Record the step and its metrics for the report; for the writer (rank 0), start and check the
@@ -800,23 +948,49 @@ class CheckpointManager:
         meta = _read_meta(path)
         return Checkpoint(path, int(match[1]), meta) if meta is not None else None
 
-    def load(self, checkpoint: Checkpoint, *, map_location: Any = None, weights_only: bool = False) -> Any:
+    def load(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        map_location: Any = None,
+        weights_only: bool = False,
+        state_dict: Any = None,
+    ) -> Any:
         """The state stored in ``checkpoint``: read as plain data (tensors, numbers, strings,
-        containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that."""
+        containers) where it is that, else fully unpickled, unless ``weights_only`` refuses that.
+
+        A sharded checkpoint is loaded into ``state_dict`` in place, on every rank, resharded into
+        the current world size (``kubetrain.checkpoint_sharded.load_sharded``), and that is returned.
+        """
+        if self._is_sharded(checkpoint):
+            from kubetrain.checkpoint_sharded import load_sharded
+
+            return load_sharded(self, checkpoint, state_dict)
         fmt = checkpoint.meta.get("format", "pt")
         data = (checkpoint.path / f"state.{fmt}").read_bytes()
         return deserialise(fmt, data, map_location=map_location, weights_only=weights_only)
 
-    def load_latest(self, *, map_location: Any = None) -> tuple[Any, int] | None:
-        """``(state, step)`` of the resume point, or None when training starts from scratch."""
+    @staticmethod
+    def _is_sharded(checkpoint: Checkpoint) -> bool:
+        return checkpoint.meta.get("format") == "dcp"
+
+    def load_latest(self, *, map_location: Any = None, state_dict: Any = None) -> tuple[Any, int] | None:
+        """``(state, step)`` of the resume point, or None when training starts from scratch.
+
+        Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``); every
+        rank then resumes from the checkpoint rank 0 chose, since the load is a collective."""
         for tries_left in reversed(range(3)):
             checkpoint = self.resume_point()
+            if state_dict is not None:
+                from kubetrain.checkpoint_sharded import agree_on_checkpoint
+
+                checkpoint = agree_on_checkpoint(checkpoint)
             if checkpoint is None:
                 return None
             try:
-                state = self.load(checkpoint, map_location=map_location)
+                state = self.load(checkpoint, map_location=map_location, state_dict=state_dict)
             except FileNotFoundError:
-                if tries_left:
+                if tries_left and state_dict is None:  # a collective load is not retried by one rank
                     continue  # moved by a save in progress elsewhere: look again
                 raise
             self.resumed_from = checkpoint
@@ -871,13 +1045,13 @@ class CheckpointManager:
         if self._report_installed:
             return
         self._report_installed = True
-        atexit.register(
-            lambda: (
-                None
-                if self._reported
-                else self.write_report(status="exited" if self.error is None else "failed")
-            )
-        )
+
+        def report_at_exit() -> None:
+            self._surface_at_exit()  # a background save's error belongs in the report
+            if not self._reported:
+                self.write_report(status="exited" if self.error is None else "failed")
+
+        atexit.register(report_at_exit)
         previous_hook = sys.excepthook
 
         def on_exception(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
@@ -898,6 +1072,7 @@ class CheckpointManager:
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
             if self._final_state is None:
+                self._let_in_flight_finish(self._termination_wait)  # the report then names it
                 exit_now(signum, frame)
                 return
             if self.termination_requested:
@@ -937,10 +1112,15 @@ class CheckpointManager:
 
         ``stop`` overrides ``termination_requested``: a distributed script passes what its ranks agreed
         (any rank's request, e.g. an all-reduce of the flag), so that every rank stops at the same step
-        and rank 0 saves it even when only another rank's pod was disrupted.
+        and rank 0 saves it even when only another rank's pod was disrupted. A save still in flight
+        (``blocking=False``) is waited for first; the last checkpoint is then saved blocking.
         """
         if not (self.termination_requested if stop is None else stop):
             return
+        try:
+            self.wait()  # a save in flight commits first (it may be this very step)
+        except Exception as error:
+            print(f"kubetrain.checkpoint: the save in flight failed ({error}); saving now", file=sys.stderr)
         if self._final_state is not None and (self.last_saved is None or self.last_saved.step != step):
             self.save(self._final_state(), step)
         self.write_report(status="preempted")

@@ -51,6 +51,7 @@ from kubetrain.checkpoint import (
     STALE_SECONDS,
     Checkpoint,
     CheckpointManager,
+    _digest,
     configured_location,
     deserialise,
     fence_mark,
@@ -187,6 +188,7 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         super().__init__(location, keep=keep, rank=rank, attempt=attempt, lineage=lineage)
         self.url = location.rstrip("/")
         options = {"use_listings_cache": False, "skip_instance_cache": True, **(storage_options or {})}
+        self._options = options
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         self.root = self.root.rstrip("/")
         self._scheme = self.url.split("://", 1)[0]
@@ -219,26 +221,30 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         return fence_of(names, self.lineage)
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(self, state: Any, step: int, *, metrics: dict[str, Any] | None = None) -> Checkpoint | None:
-        """Upload ``state`` as checkpoint ``step``, then commit it (rank 0 only); apply retention.
+    def _save_payload(
+        self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None
+    ) -> Checkpoint:
+        """Upload the serialised state under this save's writer name, then commit it (``_commit``).
 
-        Raises ``FencedOff`` when a newer attempt of this lineage uses the location. When another
-        writer of this attempt committed ``step`` first, its checkpoint is the step's and is returned.
-        """
-        if not self._begin_save(step, metrics):
-            return None
-        refusal = f"save step {step}"
-        fmt, payload = self._serialise(state)
+        When another writer of this attempt committed ``step`` first, its checkpoint is the step's and
+        is returned."""
         writer = self._writer()
         step_prefix = f"{self.root}/step-{step:08d}"
         name = f"state.{fmt}"
         self.fs.pipe_file(f"{step_prefix}/{writer}/{name}", payload)
         manifest = {
             **self._meta(step, fmt, metrics),
-            "writer": writer,
             "world_size": int(os.environ.get("WORLD_SIZE") or 1),
             "files": [{"name": name, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}],
         }
+        return self._commit(step, step_prefix, writer, manifest)
+
+    def _commit(self, step: int, step_prefix: str, writer: str, manifest: dict[str, Any]) -> Checkpoint:
+        """Create the commit object of the files under ``<step_prefix>/<writer>/`` (conditionally: of two
+        writers of one attempt exactly one commits a step), the fence checked right before; apply
+        retention."""
+        refusal = f"save step {step}"
+        manifest = {**manifest, "writer": writer}
         self._check_fence(refusal)
         commit = f"{step_prefix}/{commit_name(self._ordinal, self.lineage)}"
         try:
@@ -259,6 +265,40 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         self._check_fence(refusal)
         self._clean_up(protect=commit)
         return checkpoint
+
+    # -- where a sharded save's ranks write (kubetrain.checkpoint_sharded drives them) -----------
+    def _shards_prepare(self, step: int) -> str:
+        return f"{self.root}/step-{step:08d}/{self._writer()}"  # nothing to create in a store
+
+    def _shards_storage(self, place: str, *, write: bool) -> Any:
+        from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
+
+        url = self._url(place)
+        if write:  # an object is durable once its upload completes: no fsync to ask for
+            return FsspecWriter(url, sync_files=False, **self._options)
+        return FsspecReader(url, **self._options)
+
+    def _shards_digest(self, place: str, name: str) -> dict[str, Any]:
+        with self.fs.open(f"{place}/{name}", "rb") as handle:
+            return _digest(name, iter(lambda: handle.read(1 << 20), b""))
+
+    def _shards_sizes(self, place: str) -> dict[str, int]:
+        try:
+            found = self.fs.find(place, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {key[len(place) :].lstrip("/"): int(info.get("size") or 0) for key, info in found.items()}
+
+    def _shards_commit(self, step: int, place: str, manifest: dict[str, Any]) -> Checkpoint:
+        step_prefix, writer = place.rsplit("/", 1)
+        return self._commit(step, step_prefix, writer, manifest)
+
+    def _shards_discard(self, place: str) -> None:
+        with contextlib.suppress(OSError):
+            self.fs.rm(place, recursive=True)
+
+    def _shards_place(self, checkpoint: Checkpoint) -> str:
+        return _files_of(checkpoint).rstrip("/")
 
     def _clean_up(self, *, protect: Path | str | None = None) -> None:
         listing = self._listing()
@@ -315,8 +355,20 @@ class ObjectStoreCheckpointManager(CheckpointManager):
             return None
         return next((c for c in reversed(self.checkpoints()) if c.step == int(step[1])), None)
 
-    def load(self, checkpoint: Checkpoint, *, map_location: Any = None, weights_only: bool = False) -> Any:
-        """The state of a committed checkpoint, its SHA-256 checked against the manifest."""
+    def load(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        map_location: Any = None,
+        weights_only: bool = False,
+        state_dict: Any = None,
+    ) -> Any:
+        """The state of a committed checkpoint, its SHA-256 checked against the manifest; a sharded one
+        loaded into ``state_dict`` (``CheckpointManager.load``)."""
+        if self._is_sharded(checkpoint):
+            from kubetrain.checkpoint_sharded import load_sharded
+
+            return load_sharded(self, checkpoint, state_dict)
         [entry] = checkpoint.meta["files"]
         key = f"{_files_of(checkpoint)}{entry['name']}"
         data = self.fs.cat_file(key)

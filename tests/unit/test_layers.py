@@ -31,6 +31,8 @@ LEAVES = (
     "kubetrain.quantity",
     "kubetrain.checkpoint",
     "kubetrain.checkpoint_objects",
+    "kubetrain.checkpoint_sharded",
+    "kubetrain.checkpoint_async",
     "kubetrain.locations",
     "kubetrain.progress",
     "kubetrain.tabular",
