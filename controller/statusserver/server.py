@@ -2,7 +2,8 @@
 
 One route, Kubeflow Trainer's: ``POST <job's API path>/status`` with ``{"trainerStatus": {...}}``
 and a projected ServiceAccount token as the bearer. Each report is authenticated first, before its
-body is read: a TokenReview (audience: the path), then the pod the token is bound to and the job
+body is read: the token verified against the cluster's signing keys (``tokens``; a TokenReview,
+audience: the path, where the keys are not served), then the pod the token is bound to and the job
 that pod must belong to, by uid (``authz``). An allowed verdict is remembered for ``admission.VERDICT_TTL``
 seconds per token and path while the token's pod lives (the pod informers tell the server of each
 deletion), so a job reporting every 5 s costs the API server one write per report, not four
@@ -31,7 +32,7 @@ from aiohttp import web
 from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
 from kubetrain.api.v2 import TrainerStatus
-from kubetrain.controller.statusserver import admission
+from kubetrain.controller.statusserver import admission, tokens
 from kubetrain.controller.statusserver.authz import Target, Verdict, authorise, bound_pod, target_of
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -122,6 +123,7 @@ class StatusServer:
     def __init__(self, kube: KubeClient, cert: ServingCert, *, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.cert = cert
+        self._keys = tokens.IssuerKeys(kube, clock)
         self._verdicts = admission.Verdicts(clock)
         self._reviews = admission.Limiter(admission.REVIEWS_QPS, admission.REVIEWS_BURST, clock)
         self._reports = admission.Limiter(admission.REPORTS_QPS, admission.REPORTS_BURST, clock)
@@ -181,16 +183,20 @@ class StatusServer:
         return _answer(verdict)
 
     async def verdict(self, token: str, target: Target) -> Verdict:
-        """Whether ``token`` may report for ``target``: TokenReview, then the pod it is bound to and
-        the job; raises ``ReviewBudgetSpentError`` when the server's TokenReview budget is spent."""
+        """Whether ``token`` may report for ``target``: the token verified here against the cluster's
+        keys (``tokens``), else by a TokenReview; then the pod it is bound to and the job. Raises
+        ``ReviewBudgetSpentError`` when a TokenReview is needed and the server's budget is spent."""
         key = (token, target.path)
         known = self._verdicts.get(key)
         if known is not None:
             return Verdict(*known)
-        wait = self._reviews.take()
-        if wait is not None:
-            raise ReviewBudgetSpentError(wait)
-        verdict, pod_uid = await self._review(token, target)
+        review = await self._keys.review(token, target.path)
+        if review is None:
+            wait = self._reviews.take()
+            if wait is not None:
+                raise ReviewBudgetSpentError(wait)
+            review = await self._token_review(token, target)
+        verdict, pod_uid = await self._judge(review, target)
         ttl = admission.VERDICT_TTL if verdict.allowed else admission.REFUSAL_TTL
         self._verdicts.remember(key, verdict.status, verdict.reason, ttl=ttl, pod_uid=pod_uid)
         return verdict
@@ -200,9 +206,8 @@ class StatusServer:
         if new is None and old is not None:
             self._verdicts.forget_pod(str(old["metadata"].get("uid")))
 
-    async def _review(self, token: str, target: Target) -> tuple[Verdict, str | None]:
-        """The verdict on ``token`` for ``target``, and the uid of the pod it is bound to, if any."""
-        review = await self.kube.create(
+    async def _token_review(self, token: str, target: Target) -> Obj:
+        review: Obj = await self.kube.create(
             TOKEN_REVIEWS,
             {
                 "apiVersion": TOKEN_REVIEWS.api_version,
@@ -210,6 +215,10 @@ class StatusServer:
                 "spec": {"token": token, "audiences": [target.path]},
             },
         )
+        return review
+
+    async def _judge(self, review: Obj, target: Target) -> tuple[Verdict, str | None]:
+        """The verdict on a reviewed token for ``target``, and the uid of the pod it is bound to, if any."""
         bound = bound_pod(review, target)
         if isinstance(bound, Verdict):
             return bound, None

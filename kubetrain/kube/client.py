@@ -276,11 +276,12 @@ class KubeClient:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
         timeout: float | None = 60,
         retries: int = RETRIES,
         resource: str = "",
     ) -> aiohttp.ClientResponse:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers = {"Content-Type": content_type, "Accept": accept}
         params = [
             (k, str(v).lower() if isinstance(v, bool) else str(v))
             for k, v in (query or {}).items()

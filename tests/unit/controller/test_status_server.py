@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 import yaml
 from aiohttp.test_utils import make_mocked_request
@@ -224,6 +227,9 @@ class FakeKube:
         self.patches: list[tuple[str, dict[str, Any], str | None]] = []
         self.patch_error = patch_error
 
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        raise errors.APINotFoundError(404, f"{path} is not served")  # no OIDC discovery: TokenReviews
+
     async def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> Any:
         self.reviews += 1
         return review() if body["spec"]["token"].startswith("good") else {"status": {"authenticated": False}}
@@ -369,3 +375,79 @@ async def test_a_deleted_pods_token_is_asked_about_again_at_once() -> None:
     assert kube.reviews == 2
     server.pod_changed(None, pod(uid="another"))  # an added pod forgets nothing
     assert await post(server, TRAINJOB_PATH, "good", report) == 403 and kube.reviews == 2
+
+
+# -- tokens verified with the cluster's keys ------------------------------------------------------------
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+class SigningCluster(FakeKube):
+    """A cluster that serves its service-account keys (OIDC discovery) and signs pods' tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
+        self.jwks = {"keys": [{**public, "kid": "k1", "alg": "RS256", "use": "sig"}]}
+        self.fetches = 0
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.fetches += 1
+        if path == "/.well-known/openid-configuration":
+            return {"issuer": ISSUER, "jwks_uri": "https://10.0.0.1:6443/openid/v1/jwks"}
+        assert path == "/openid/v1/jwks"
+        return self.jwks
+
+    def token(
+        self, *, audience: str = TRAINJOB_PATH, expires_in: int = 600, kid: str = "k1", **claims: Any
+    ) -> str:
+        now = int(time.time())
+        body = {
+            "iss": ISSUER,
+            "sub": "system:serviceaccount:team:default",
+            "aud": [audience],
+            "iat": now,
+            "nbf": now,
+            "exp": now + expires_in,
+            "kubernetes.io": {"namespace": "team", "pod": {"name": "mnist-node-0-0", "uid": "pod-uid"}},
+            **claims,
+        }
+        return jwt.encode(body, self.key, algorithm="RS256", headers={"kid": kid})
+
+
+async def test_a_pods_token_is_verified_with_the_clusters_keys_and_costs_no_token_review() -> None:
+    kube = SigningCluster()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=Clock())  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(server, TRAINJOB_PATH, kube.token(), report) == 200
+    statuses = [await post(server, TRAINJOB_PATH, f"random-{i}", report) for i in range(2000)]
+    assert set(statuses) == {401}, "a string that is not a token of the cluster is refused here"
+    assert await post(server, TRAINJOB_PATH, kube.token(expires_in=-120), report) == 401
+    assert await post(server, TRAINJOB_PATH, kube.token(audience=PYTORCHJOB_PATH), report) == 401
+    forged = SigningCluster().token()  # signed by another key of the same id
+    assert await post(server, TRAINJOB_PATH, forged, report) == 401
+    assert (
+        await post(server, TRAINJOB_PATH, kube.token(**{"kubernetes.io": {"namespace": "team"}}), report)
+        == 403
+    )
+    assert kube.reviews == 0 and kube.fetches == 2, "no TokenReview; the keys were fetched once"
+
+
+async def test_a_token_of_a_key_not_served_is_asked_about_by_token_review() -> None:
+    kube = SigningCluster()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=Clock())  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    assert await post(server, TRAINJOB_PATH, kube.token(kid="rotated"), report) == 401
+    assert kube.reviews == 1, "the API server was asked (and the fake refuses what is not 'good...')"
+    assert kube.fetches == 2, "the keys are not fetched again within REFRESH_SECONDS"
+
+
+async def test_reports_that_arrive_while_the_keys_are_fetched_wait_for_them() -> None:
+    kube = SigningCluster()
+    server = StatusServer(kube, self_signed(["127.0.0.1"]), clock=Clock())  # type: ignore[arg-type]
+    report = {"trainerStatus": {"progressPercentage": 10}}
+    statuses = await asyncio.gather(*(post(server, TRAINJOB_PATH, f"random-{i}", report) for i in range(32)))
+    assert set(statuses) == {401} and kube.reviews == 0, "a request during the first fetch fell back"
+    assert kube.fetches == 2
