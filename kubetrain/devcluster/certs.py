@@ -116,12 +116,37 @@ def issue_cluster_certs(pki: Pki) -> None:
         pki.kubelet_client_cert,
     )
 
+    issue_etcd_certs(pki)
+
     sa_key = _key()
     _write_key(sa_key, pki.sa_key)
     pki.sa_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+    )
+
+
+def issue_etcd_certs(pki: Pki) -> None:
+    """etcd's own CA, its certificate (serving its clients and its peer port) and the one client
+    certificate it takes, the API server's. The CA's key is never written: no other certificate
+    etcd would take can be made afterwards."""
+    ca_key = _key()
+    ca = _cert(subject="kubetrain-dev-etcd-ca", key=ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    _write_cert(ca, pki.etcd_ca_cert)
+    etcd_key = _key()
+    _write_key(etcd_key, pki.etcd_key)
+    _write_cert(
+        _cert(subject="etcd", key=etcd_key, issuer=ca, issuer_key=ca_key, server=True, client=True),
+        pki.etcd_cert,
+    )
+    client_key = _key()
+    _write_key(client_key, pki.etcd_client_key)
+    _write_cert(
+        _cert(
+            subject="kube-apiserver-etcd-client", key=client_key, issuer=ca, issuer_key=ca_key, client=True
+        ),
+        pki.etcd_client_cert,
     )
 
 
