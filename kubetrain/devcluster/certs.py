@@ -166,3 +166,21 @@ def write_self_signed(*, name: str, cert_path: Path, key_path: Path) -> None:
     key = _key()
     _write_key(key, key_path)
     _write_cert(_cert(subject=name, key=key, issuer=None, issuer_key=key, server=True), cert_path)
+
+
+def throwaway_serving(name: str) -> tuple[bytes, bytes, bytes]:
+    """A loopback serving certificate from a CA made for it alone, whose key is never kept (the fault
+    proxy's): the CA's PEM for the clients to trust, the certificate's and its key's PEM."""
+    ca_key = _key()
+    ca = _cert(subject=f"{name}-ca", key=ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    key = _key()
+    cert = _cert(subject=name, key=key, issuer=ca, issuer_key=ca_key, server=True)
+    return (
+        ca.public_bytes(serialization.Encoding.PEM),
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+    )
