@@ -508,6 +508,7 @@ class DevCluster:
                 f"--workdir={options.workdir}",
                 f"--gpus={options.process_node_gpus}",
                 f"--pod-python={options.pod_python or sys.executable}",
+                f"--hide={self.state_dir}",  # its keys, tokens and etcd's data (docs/process-node.md)
                 *(["--default-node"] if options.process_node_default else []),
             ],
             HealthCheck(f"https://127.0.0.1:{ports['process-node']}/healthz", ca_file=self.pki.ca_cert),
