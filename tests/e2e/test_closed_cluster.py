@@ -1,7 +1,8 @@
 """A pod on the process node runs as a process of the developer's own account on the developer's own
 machine, and still cannot take the cluster over: etcd, the fault proxy and the cluster's keys and
-tokens are each refused to it (docs/process-node.md, docs/security.md). Postgres's side, password
-logins only, is checked where its configuration is made (tests/unit/test_airflow_deploy.py)."""
+tokens are each refused to it (docs/process-node.md, docs/security.md). Postgres is probed the same
+way where an Airflow deployment runs (tests/airflow/deployment/test_deployment.py), and its
+configuration where it is made (tests/unit/test_airflow_deploy.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ from tests.e2e.test_process_node import ON_PROCESS_NODE, wait_phase
 
 # Run in the pod: each way in, and what became of it ("reached: ..." or "refused: ...").
 PROBE = r"""
-import json, os, ssl, urllib.error, urllib.request
+import json, os, socket, ssl, struct, urllib.error, urllib.request
 
-state, etcd, proxy = os.environ["STATE"], os.environ["ETCD"], os.environ["PROXY"]
 anyone = ssl.create_default_context()
 anyone.check_hostname, anyone.verify_mode = False, ssl.CERT_NONE  # no certificate of its own
 
@@ -41,19 +41,66 @@ def read(path):
     except OSError as exc:
         return f"refused: {type(exc).__name__}: {exc}"
 
-everything = b'{"key": "AA==", "range_end": "AA=="}'  # every key etcd holds
-outcomes = {
-    "etcd over plain HTTP": get(f"http://{etcd}/v3/kv/range", everything),
-    "etcd over TLS without a client certificate": get(f"https://{etcd}/v3/kv/range", everything),
-    "the fault proxy without credentials (plain HTTP)": get(f"http://{proxy}/api/v1/secrets"),
-    "the fault proxy without credentials (TLS)": get(f"https://{proxy}/api/v1/secrets"),
-}
-for name in ("pki/ca.key", "pki/tokens.csv", "pki/sa.key", "kubeconfig", "process-node.kubeconfig"):
-    outcomes[f"the cluster's {name}"] = read(os.path.join(state, name))
+def postgres(address):
+    # A startup message as the superuser: trust answers AuthenticationOk (0); else it asks for a password.
+    host, port = address.rsplit(":", 1)
+    params = b"user\0postgres\0database\0airflow\0\0"
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+            kind, _, code = struct.unpack("!cii", conn.recv(9))
+    except Exception as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    if kind == b"R" and code == 0:
+        return "reached: logged in as the superuser without a password"
+    return f"refused: asked for a password (message {kind!r}, authentication {code})"
+
+outcomes = {}
+if "ETCD" in os.environ:
+    everything = b'{"key": "AA==", "range_end": "AA=="}'  # every key etcd holds
+    outcomes["etcd over plain HTTP"] = get(f"http://{os.environ['ETCD']}/v3/kv/range", everything)
+    outcomes["etcd over TLS without a client certificate"] = get(f"https://{os.environ['ETCD']}/v3/kv/range", everything)
+if "PROXY" in os.environ:
+    for scheme in ("http", "https"):
+        outcomes[f"the fault proxy without credentials ({scheme})"] = get(f"{scheme}://{os.environ['PROXY']}/api/v1/secrets")
+if "STATE" in os.environ:
+    for name in ("pki/ca.key", "pki/tokens.csv", "pki/sa.key", "kubeconfig", "process-node.kubeconfig"):
+        outcomes[f"the cluster's {name}"] = read(os.path.join(os.environ["STATE"], name))
+if "POSTGRES" in os.environ:
+    outcomes["the Airflow deployment's Postgres"] = postgres(os.environ["POSTGRES"])
 with open(os.path.join(os.environ["HOME"], "written"), "w") as mine:  # its own files it keeps
     mine.write("ok")
 print("outcomes:", json.dumps(outcomes))  # a prefix: the client would parse a log that is JSON
 """
+
+
+async def ways_in_from_a_pod(
+    core: client.CoreV1Api, namespace: str, targets: dict[str, str]
+) -> dict[str, str]:
+    """What a pod on the process node made of each way in (``PROBE``, given ``targets`` in its env):
+    the outcome of each, by name."""
+    container = {
+        "name": "probe",
+        "image": "python",
+        "command": ["python", "-u", "-c", PROBE],
+        "env": [{"name": k, "value": v} for k, v in targets.items()],
+    }
+    pod = {
+        "metadata": {"name": "probe"},
+        "spec": {**ON_PROCESS_NODE, "restartPolicy": "Never", "containers": [container]},
+    }
+    await core.create_namespaced_pod(namespace, pod)
+    done = await wait_phase(core, namespace, "probe", "Succeeded", "Failed", timeout=120)
+    log = await core.read_namespaced_pod_log("probe", namespace)
+    assert done.status.phase == "Succeeded", log
+    outcomes: dict[str, str] = json.loads(log.strip().splitlines()[-1].removeprefix("outcomes: "))
+    return outcomes
+
+
+def reached(outcomes: dict[str, str]) -> str:
+    """The ways in that were not refused, for the assertion message (empty: none)."""
+    found = {way: outcome for way, outcome in outcomes.items() if not outcome.startswith("refused")}
+    return json.dumps(found, indent=2) if found else ""
 
 
 @pytest.fixture
@@ -69,27 +116,12 @@ async def test_a_pod_on_the_process_node_is_refused_etcd_the_fault_proxy_and_the
 ) -> None:
     state = dev_cluster.load_state()
     assert state is not None
-    env = {
+    targets = {
         "STATE": str(dev_cluster.state_dir),
         "ETCD": f"127.0.0.1:{state.ports['etcd']}",
         "PROXY": fault_proxy.url.split("://", 1)[1],
     }
-    container = {
-        "name": "probe",
-        "image": "python",
-        "command": ["python", "-u", "-c", PROBE],
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-    }
-    pod = {
-        "metadata": {"name": "probe"},
-        "spec": {**ON_PROCESS_NODE, "restartPolicy": "Never", "containers": [container]},
-    }
-    await core.create_namespaced_pod(namespace, pod)
-    done = await wait_phase(core, namespace, "probe", "Succeeded", "Failed", timeout=120)
-    log = await core.read_namespaced_pod_log("probe", namespace)
-    assert done.status.phase == "Succeeded", log
-    outcomes: dict[str, str] = json.loads(log.strip().splitlines()[-1].removeprefix("outcomes: "))
-    reached = {way: outcome for way, outcome in outcomes.items() if not outcome.startswith("refused")}
-    assert not reached, f"a pod on the process node reached: {json.dumps(reached, indent=2)}"
+    outcomes = await ways_in_from_a_pod(core, namespace, targets)
+    assert not reached(outcomes), f"a pod on the process node reached: {reached(outcomes)}"
     assert len(outcomes) == 9
     assert fault_proxy.exchanges == [], "the proxy forwarded a request that carried no credential"
