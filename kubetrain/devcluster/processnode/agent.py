@@ -154,7 +154,8 @@ class Agent:
         ``keep`` (its pod's own files); none where the host does not allow it (``_check_confinement``)."""
         if not self.confinement:
             return []
-        return [*self.confinement, *(arg for path in keep for arg in ("--keep", str(path))), "--"]
+        # Absolute: confine.py runs in the container's working directory, the node in its own.
+        return [*self.confinement, *(arg for path in keep for arg in ("--keep", str(path.resolve()))), "--"]
 
     def _check_confinement(self) -> list[str]:
         """``confine``'s command with the hidden directories, if it works on this host; else [] and
@@ -166,7 +167,7 @@ class Agent:
             "-I",
             "-S",
             confine.__file__,
-            *(arg for path in self.settings.hide for arg in ("--hide", str(path))),
+            *(arg for path in self.settings.hide for arg in ("--hide", str(path.resolve()))),
         ]
         done = subprocess.run([*command, "--check"], capture_output=True, text=True, timeout=60, check=False)
         if done.returncode != 0:
