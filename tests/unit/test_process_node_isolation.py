@@ -41,8 +41,9 @@ def test_a_confined_container_starts_through_the_wrapper_with_its_program_looked
         env = {"PATH": f"/nowhere:{program.parent}"}
         return containers.Run(argv=argv, env=env, cwd=tmp_path, log_path=tmp_path / "log", wrapper=wrapper)
 
-    assert run(["train", "--lr", "1"])._command() == [*wrapper, str(program), "--lr", "1"]
-    assert run(["./local", "x"])._command() == [*wrapper, "./local", "x"]  # relative to its workingDir
+    # The program's path, then argv as the container wrote it (its argv[0] unchanged).
+    assert run(["train", "--lr", "1"])._command() == [*wrapper, str(program), "train", "--lr", "1"]
+    assert run(["./local", "x"])._command() == [*wrapper, "./local", "./local", "x"]  # from its workingDir
     with pytest.raises(FileNotFoundError):
         run(["missing"])._command()
     unwrapped = containers.Run(argv=["train"], env={}, cwd=tmp_path, log_path=tmp_path / "log")

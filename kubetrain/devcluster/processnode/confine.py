@@ -1,10 +1,11 @@
 """Start a container's program with the cluster's state dir out of its sight.
 
-``python -I -S confine.py --hide DIR [--keep PATH]... -- PROGRAM ARG...``: in a mount namespace of
+``python -I -S confine.py --hide DIR [--keep PATH]... -- PROGRAM ARGV0 ARG...``: in a mount namespace of
 its own, ``DIR`` (the cluster's state dir: its keys, tokens, kubeconfigs, etcd's data) is covered by
 an empty read-only tmpfs, each ``--keep`` path under it (the pod's own directory, its claims'
-volumes, the port shim) is put back where it was, and then ``PROGRAM`` replaces this process (same
-pid, same environment, same working directory), so the process node supervises it as before.
+volumes, the port shim) is put back where it was, and then ``PROGRAM`` (a path) replaces this process
+with ``ARGV0 ARG...`` as its arguments (same pid, same environment, same working directory, its
+``argv[0]`` as the container wrote it), so the process node supervises it as before.
 
 How, by who runs the node:
 
@@ -135,10 +136,10 @@ def main(argv: list[str]) -> int:
         return CANNOT
     if check:  # what the process node asks once: the state dir reads empty from here
         return 0 if all(not os.listdir(h) for h in hide if os.path.isdir(h)) else CANNOT
-    if not program:
-        raise SystemExit("confine: no program after --")
+    if len(program) < 2:
+        raise SystemExit("confine: no program and argv[0] after --")
     try:
-        os.execv(program[0], program)  # replaces this process: no return
+        os.execv(program[0], program[1:])  # replaces this process: no return
     except OSError as exc:
         print(f"confine: cannot run {program[0]!r}: {exc}", file=sys.stderr)
     return 127

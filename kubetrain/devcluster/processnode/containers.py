@@ -74,8 +74,9 @@ class Run:
         ]
 
     def _command(self) -> list[str]:
-        """``argv``, behind the wrapper if there is one; the program is looked up on the container's
-        ``PATH`` here, so a missing one fails to start (``OSError``) as it does without a wrapper."""
+        """``argv``, behind the wrapper if there is one, which is given the program's path and then
+        ``argv`` as written; the program is looked up on the container's ``PATH`` here, so a missing one
+        fails to start (``OSError``) as it does without a wrapper."""
         if not self.wrapper:
             return self.argv
         program = self.argv[0]
@@ -84,7 +85,7 @@ class Run:
             if found is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
             program = found
-        return [*self.wrapper, program, *self.argv[1:]]
+        return [*self.wrapper, program, *self.argv]
 
     async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as log:
