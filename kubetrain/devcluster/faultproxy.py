@@ -120,7 +120,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-UNAUTHENTICATED = "the fault proxy forwards only requests with a credential of their own (a bearer token or the kubeconfig's client certificate)"
+UNAUTHENTICATED = (
+    "the fault proxy forwards only requests with a credential of their own "
+    "(a bearer token or the kubeconfig's client certificate)"
+)
 CLIENT_PREFIX = "/_c/"
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1), plus Host
@@ -320,6 +323,7 @@ class FaultProxy:
         self._cert_session: aiohttp.ClientSession | None = None  # presents the user's certificate
         self._client_cert_der = _der(upstream.client_cert_pem) if upstream.client_key_pem else None
         self._ca_pem: bytes | None = None
+        self._serving: tuple[bytes, bytes, bytes] | None = None  # the CA's, certificate's, key's PEM
         self._url: str | None = None
         self._released = asyncio.Event()
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -358,7 +362,9 @@ class FaultProxy:
         certificate of the proxy's own; a client may present the kubeconfig user's certificate."""
         from kubetrain.devcluster import certs  # cryptography, only where a proxy starts
 
-        self._ca_pem, cert_pem, key_pem = certs.throwaway_serving("kubetrain-fault-proxy")
+        if self._serving is None:  # one for the proxy's life: its kubeconfigs outlive a stop and start
+            self._serving = certs.throwaway_serving("kubetrain-fault-proxy")
+        self._ca_pem, cert_pem, key_pem = self._serving
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         _load_chain(context, cert_pem, key_pem)
         if self.upstream.client_cert_pem and self._client_cert_der is not None:
