@@ -4,7 +4,10 @@ Pure: ``airflow_deploy`` starts what this returns. One ``airflow.cfg`` holds eve
 processes, and a user's shell with ``AIRFLOW_HOME`` set, read the same configuration; the secrets that
 must agree across processes (the Fernet key that encrypts connections and trigger kwargs, the JWT
 secret of the execution API on Airflow 3, the secret key that signs log requests) are generated once
-and written there.
+and written there. Postgres takes only password logins (``scram-sha-256`` on every line of its
+``pg_hba.conf``, no ``trust``): the superuser's password is generated with them, and reaches Airflow
+in its connection string (``airflow.cfg`` is 0600) and the deployment's own clients through
+``PGPASSWORD``, so no other account on the machine logs in.
 
 Airflow 3 runs an API server, a scheduler with the LocalExecutor, a DAG processor and a triggerer;
 Airflow 2.11 the same with a webserver instead of the API server (and ``standalone_dag_processor``,
@@ -50,6 +53,7 @@ class Secrets:
     jwt_secret: str
     secret_key: str
     admin_password: str
+    database_password: str  # Postgres's superuser's
 
     @classmethod
     def generate(cls) -> Secrets:
@@ -60,6 +64,7 @@ class Secrets:
             jwt_secret=secrets.token_urlsafe(32),
             secret_key=secrets.token_urlsafe(32),
             admin_password=secrets.token_urlsafe(12),
+            database_password=secrets.token_urlsafe(24),  # URL-safe: it goes in connection strings
         )
 
 
@@ -79,6 +84,11 @@ class Layout(StateLayout):
     @property
     def pgdata(self) -> Path:
         return self.root / "postgres"
+
+    @property
+    def pwfile(self) -> Path:
+        """The superuser's password for ``initdb``, there only while it runs."""
+        return self.root / "postgres.pwfile"
 
     @property
     def passwords(self) -> Path:
@@ -123,12 +133,21 @@ class Plan:
 
     @property
     def sql_alchemy_conn(self) -> str:
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
+        return f"postgresql+psycopg2://{self._login}@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
 
     @property
     def database_url(self) -> str:
         """The metadata database, for libpq clients (psql, psycopg2)."""
-        return f"postgresql://postgres@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
+        return f"postgresql://{self._login}@127.0.0.1:{self.ports['postgres']}/{DATABASE}"
+
+    @property
+    def _login(self) -> str:
+        return f"postgres:{self.secrets.database_password}"
+
+    @property
+    def pg_env(self) -> dict[str, str]:
+        """What the deployment's own libpq clients (createdb, psql) log in with."""
+        return {"PGPASSWORD": self.secrets.database_password}
 
     @property
     def connection_extra(self) -> dict[str, str]:
@@ -263,11 +282,14 @@ def setup_commands(plan: Plan) -> list[list[str]]:
 
 
 def postgres_init(pg_bin: Path, plan: Plan) -> list[str]:
+    """``initdb`` with password logins only (every line of ``pg_hba.conf``), the superuser's password
+    read from ``plan.layout.pwfile``."""
     return [
         str(pg_bin / "initdb"),
         "-D",
         str(plan.layout.pgdata),
-        "--auth=trust",
+        "--auth=scram-sha-256",
+        f"--pwfile={plan.layout.pwfile}",
         "--username=postgres",
         "--encoding=UTF8",
         "--no-sync",
@@ -346,6 +368,6 @@ def airflow_component(plan: Plan, name: str, pg_bin: Path, *, since: float) -> C
     check = CommandCheck(
         (*_pg_client(pg_bin, "psql", plan), "-d", DATABASE, "-tAc", query),
         "ready",
-        env={"PGCONNECT_TIMEOUT": "2"},
+        env={"PGCONNECT_TIMEOUT": "2", **plan.pg_env},
     )
     return Component(name, airflow(plan, name), check, 0, env=env, startup_timeout=180, unset_env=UNSET_ENV)

@@ -247,15 +247,37 @@ class AirflowDeployment:
 
     def _start_postgres(self, plan: Plan, state: AirflowState, pg_bin: Path) -> None:
         user = self._postgres_user(plan, pg_bin)
-        init = subprocess.run(
-            postgres_init(pg_bin, plan), capture_output=True, text=True, check=False, user=user, group=user
-        )
+        pwfile = plan.layout.pwfile
+        pwfile.touch(0o600)
+        pwfile.write_text(plan.secrets.database_password + "\n")
+        if user is not None:
+            import pwd
+
+            account = pwd.getpwnam(user)
+            os.chown(pwfile, account.pw_uid, account.pw_gid)  # initdb runs as that account
+        try:
+            init = subprocess.run(
+                postgres_init(pg_bin, plan),
+                capture_output=True,
+                text=True,
+                check=False,
+                user=user,
+                group=user,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
         if init.returncode != 0:
             raise DevClusterError(f"initdb failed ({init.returncode}):\n{init.stdout}\n{init.stderr}")
         component = postgres(pg_bin, plan, user=user)
         self._launch(component, state)
         self._wait(component, state)
-        created = subprocess.run(postgres_createdb(pg_bin, plan), capture_output=True, text=True, check=False)
+        created = subprocess.run(
+            postgres_createdb(pg_bin, plan),
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **plan.pg_env},
+        )
         if created.returncode != 0:
             raise DevClusterError(f"createdb failed ({created.returncode}): {created.stderr}")
 

@@ -116,12 +116,37 @@ def issue_cluster_certs(pki: Pki) -> None:
         pki.kubelet_client_cert,
     )
 
+    issue_etcd_certs(pki)
+
     sa_key = _key()
     _write_key(sa_key, pki.sa_key)
     pki.sa_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+    )
+
+
+def issue_etcd_certs(pki: Pki) -> None:
+    """etcd's own CA, its certificate (serving its clients and its peer port) and the one client
+    certificate it takes, the API server's. The CA's key is never written: no other certificate
+    etcd would take can be made afterwards."""
+    ca_key = _key()
+    ca = _cert(subject="kubetrain-dev-etcd-ca", key=ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    _write_cert(ca, pki.etcd_ca_cert)
+    etcd_key = _key()
+    _write_key(etcd_key, pki.etcd_key)
+    _write_cert(
+        _cert(subject="etcd", key=etcd_key, issuer=ca, issuer_key=ca_key, server=True, client=True),
+        pki.etcd_cert,
+    )
+    client_key = _key()
+    _write_key(client_key, pki.etcd_client_key)
+    _write_cert(
+        _cert(
+            subject="kube-apiserver-etcd-client", key=client_key, issuer=ca, issuer_key=ca_key, client=True
+        ),
+        pki.etcd_client_cert,
     )
 
 
@@ -141,3 +166,21 @@ def write_self_signed(*, name: str, cert_path: Path, key_path: Path) -> None:
     key = _key()
     _write_key(key, key_path)
     _write_cert(_cert(subject=name, key=key, issuer=None, issuer_key=key, server=True), cert_path)
+
+
+def throwaway_serving(name: str) -> tuple[bytes, bytes, bytes]:
+    """A loopback serving certificate from a CA made for it alone, whose key is never kept (the fault
+    proxy's): the CA's PEM for the clients to trust, the certificate's and its key's PEM."""
+    ca_key = _key()
+    ca = _cert(subject=f"{name}-ca", key=ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    key = _key()
+    cert = _cert(subject=name, key=key, issuer=ca, issuer_key=ca_key, server=True)
+    return (
+        ca.public_bytes(serialization.Encoding.PEM),
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+    )

@@ -260,8 +260,8 @@ class DevCluster:
     def _components(self, ports: dict[str, int], options: ClusterOptions) -> list[Component]:
         bins = {name: str(build.binary_path(name)) for name in options.binaries()}
         admin_token = self.pki.token("admin")
-        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        etcd_url = f"https://127.0.0.1:{ports['etcd']}"
+        peer_url = f"https://127.0.0.1:{ports['etcd-peer']}"
         stages = resources.files("kubetrain.devcluster").joinpath("stages", "kwok-stages.yaml")
         stage_file = self.state_dir / "kwok-stages.yaml"
         stage_file.write_text(stages.read_text())
@@ -290,12 +290,22 @@ class DevCluster:
                     f"--listen-peer-urls={peer_url}",
                     f"--initial-advertise-peer-urls={peer_url}",
                     f"--initial-cluster=node0={peer_url}",
+                    # TLS on both ports, and only clients with a certificate of etcd's own CA: the
+                    # API server's (pki.py says why).
+                    f"--cert-file={self.pki.etcd_cert}",
+                    f"--key-file={self.pki.etcd_key}",
+                    "--client-cert-auth",
+                    f"--trusted-ca-file={self.pki.etcd_ca_cert}",
+                    f"--peer-cert-file={self.pki.etcd_cert}",
+                    f"--peer-key-file={self.pki.etcd_key}",
+                    "--peer-client-cert-auth",
+                    f"--peer-trusted-ca-file={self.pki.etcd_ca_cert}",
                     "--unsafe-no-fsync",
                     "--quota-backend-bytes=4294967296",
                     "--auto-compaction-retention=1",
                     "--log-level=warn",
                 ],
-                HealthCheck(f"{etcd_url}/health"),
+                _etcd_health(etcd_url, self.pki),
                 ports["etcd"],
                 startup_timeout=30,
             ),
@@ -304,6 +314,9 @@ class DevCluster:
                 [
                     bins["kube-apiserver"],
                     f"--etcd-servers={etcd_url}",
+                    f"--etcd-cafile={self.pki.etcd_ca_cert}",
+                    f"--etcd-certfile={self.pki.etcd_client_cert}",
+                    f"--etcd-keyfile={self.pki.etcd_client_key}",
                     "--bind-address=127.0.0.1",
                     "--advertise-address=127.0.0.1",
                     f"--secure-port={ports['kube-apiserver']}",
@@ -495,6 +508,7 @@ class DevCluster:
                 f"--workdir={options.workdir}",
                 f"--gpus={options.process_node_gpus}",
                 f"--pod-python={options.pod_python or sys.executable}",
+                f"--hide={self.state_dir}",  # its keys, tokens and etcd's data (docs/process-node.md)
                 *(["--default-node"] if options.process_node_default else []),
             ],
             HealthCheck(f"https://127.0.0.1:{ports['process-node']}/healthz", ca_file=self.pki.ca_cert),
@@ -676,15 +690,26 @@ class DevCluster:
             pid = state.pids.get(component)
             port = state.ports.get(component)
             running = pid is not None and process.pid_alive(pid)
-            healthy = running and _health_for(component, port, token, self.pki.ca_cert).probe()
+            healthy = running and _health_for(component, port, token, self.pki).probe()
             result.append(ComponentStatus(component, pid, port, running, healthy))
         return result
 
 
-def _health_for(component: str, port: int | None, token: str, ca: Path) -> process.Probe:
+def _etcd_health(url: str, keys: pki.Pki) -> HealthCheck:
+    """etcd's health, asked with the API server's client certificate (the only one etcd takes)."""
+    return HealthCheck(
+        f"{url}/health",
+        ca_file=keys.etcd_ca_cert,
+        client_cert=keys.etcd_client_cert,
+        client_key=keys.etcd_client_key,
+    )
+
+
+def _health_for(component: str, port: int | None, token: str, keys: pki.Pki) -> process.Probe:
     local = f"127.0.0.1:{port}"
+    ca = keys.ca_cert
     probes: dict[str, Callable[[], process.Probe]] = {
-        "etcd": lambda: HealthCheck(f"http://{local}/health"),
+        "etcd": lambda: _etcd_health(f"https://{local}", keys),
         "kube-apiserver": lambda: HealthCheck(f"https://{local}/readyz", token=token, ca_file=ca),
         "kwok": lambda: HealthCheck(f"http://{local}/healthz"),
         "provisioner": lambda: HealthCheck(f"http://{local}/healthz"),

@@ -12,12 +12,14 @@ need the HTTP request: method, path, query and body, decided per request. Watche
 ``?follow=true`` logs are long-lived chunked responses, so the proxy streams every response body
 chunk by chunk as it arrives and can keep a watch open for as long as the client wants.
 
-How it is used: the client talks plain HTTP to ``127.0.0.1:<port>`` (``write_kubeconfig`` writes a
-kubeconfig for that); the proxy forwards every request to the API server over HTTPS, verifying the
-cluster's CA and passing the client's ``Authorization`` header on, so the API server sees the
-client's own identity. client-go (kubectl, Go controllers) sends no credentials to a plain-HTTP
-server; for such requests the proxy adds the kubeconfig's own token. A kubeconfig user with a client
-certificate (kind's) works too: the proxy presents that certificate upstream. Rules are tried in the order they were added; the first one that matches
+How it is used: the client talks HTTPS to ``127.0.0.1:<port>`` (``write_kubeconfig`` writes a
+kubeconfig for that, trusting the proxy's own certificate, from a CA made for this proxy alone); the
+proxy forwards the request to the API server over HTTPS, verifying the cluster's CA. It forwards only
+requests that carry a credential of their own, so whoever reaches its port acts as nobody but
+themselves: a bearer token (passed on as it came, so the API server sees the client's own identity),
+or the kubeconfig user's client certificate (kind's users have one), which the client must present
+to the proxy, proving it holds the key, before the proxy presents it upstream. Any other request is
+answered 401 by the proxy itself. Rules are tried in the order they were added; the first one that matches
 and fires decides what happens to the request (``choose`` is that decision, a pure function of the
 rules, the request and one seeded ``random.Random``, so a run can be repeated exactly). Every
 request is recorded as an ``Exchange``.
@@ -84,6 +86,7 @@ from kubetrain.devcluster.faultrules import (
 )
 
 __all__ = [
+    "UNAUTHENTICATED",
     "Action",
     "Call",
     "Cut",
@@ -117,6 +120,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+UNAUTHENTICATED = (
+    "the fault proxy forwards only requests with a credential of their own "
+    "(a bearer token or the kubeconfig's client certificate)"
+)
 CLIENT_PREFIX = "/_c/"
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1), plus Host
@@ -167,15 +174,13 @@ def forwarded_headers(headers: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
 # -- kubeconfig --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Upstream:
-    """Where the API server is, how to trust it, and the kubeconfig user's own credentials: its
-    token, for clients that send none over plain HTTP, and its client certificate, presented for
-    every request."""
+    """Where the API server is, how to trust it, and the kubeconfig user's client certificate,
+    presented upstream for the requests of a client that presented it to the proxy."""
 
     server: str
     ca_pem: bytes | None = None
     insecure: bool = False
     server_name: str | None = None
-    token: str | None = field(default=None, repr=False)
     client_cert_pem: bytes | None = None
     client_key_pem: bytes | None = field(default=None, repr=False)
 
@@ -202,14 +207,6 @@ def _pem(entry: Mapping[str, Any], key: str, base: Path) -> bytes | None:
     return None
 
 
-def _token(user: Mapping[str, Any], base: Path) -> str | None:
-    if user.get("token"):
-        return str(user["token"])
-    if user.get("tokenFile"):
-        return (base / Path(user["tokenFile"]).expanduser()).read_text().strip()
-    return None
-
-
 def read_upstream(config: Mapping[str, Any], base: Path, context: str | None = None) -> Upstream:
     """The API server of a kubeconfig's (current) context; file paths in it are relative to ``base``."""
     chosen = _context(config, context)
@@ -222,15 +219,16 @@ def read_upstream(config: Mapping[str, Any], base: Path, context: str | None = N
         ca_pem=_pem(cluster, "certificate-authority", base),
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
         server_name=cluster.get("tls-server-name"),
-        token=_token(user, base),
         client_cert_pem=_pem(user, "client-certificate", base),
         client_key_pem=_pem(user, "client-key", base),
     )
 
 
-def proxied_config(config: Mapping[str, Any], server: str, context: str | None = None) -> dict[str, Any]:
-    """A copy of a kubeconfig whose (current) context's cluster is ``server``, plain HTTP: the TLS
-    settings of that cluster are gone, the users (tokens) are as they were."""
+def proxied_config(
+    config: Mapping[str, Any], server: str, ca_pem: bytes, context: str | None = None
+) -> dict[str, Any]:
+    """A copy of a kubeconfig whose (current) context's cluster is ``server``, trusting ``ca_pem``
+    (the proxy's): the other TLS settings of that cluster are gone, the users are as they were."""
     copied: dict[str, Any] = json.loads(json.dumps(config))
     cluster_name = _context(copied, context)["cluster"]
     for entry in copied.get("clusters") or []:
@@ -244,28 +242,38 @@ def proxied_config(config: Mapping[str, Any], server: str, context: str | None =
             ):
                 cluster.pop(key, None)
             cluster["server"] = server
+            cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     if context is not None:
         copied["current-context"] = context
     return copied
 
 
-def upstream_ssl_context(upstream: Upstream) -> ssl.SSLContext | bool:
-    """TLS towards the API server: its CA trusted, the user's client certificate presented."""
+def upstream_ssl_context(upstream: Upstream, *, client_cert: bool = True) -> ssl.SSLContext | bool:
+    """TLS towards the API server: its CA trusted, the user's client certificate presented (unless
+    ``client_cert`` is False: the requests that carry a token of their own)."""
     if not upstream.server.startswith("https:"):
         return True  # unused for plain http
     context = ssl.create_default_context(cadata=upstream.ca_pem.decode() if upstream.ca_pem else None)
     if upstream.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    if upstream.client_cert_pem and upstream.client_key_pem:
-        # load_cert_chain reads files only: write them where only we can read, for a moment.
-        with tempfile.TemporaryDirectory() as folder:
-            cert, key = Path(folder) / "client.crt", Path(folder) / "client.key"
-            cert.write_bytes(upstream.client_cert_pem)
-            key.touch(0o600)
-            key.write_bytes(upstream.client_key_pem)
-            context.load_cert_chain(cert, key)
+    if client_cert and upstream.client_cert_pem and upstream.client_key_pem:
+        _load_chain(context, upstream.client_cert_pem, upstream.client_key_pem)
     return context
+
+
+def _load_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    # load_cert_chain reads files only: write them where only we can read, for a moment.
+    with tempfile.TemporaryDirectory() as folder:
+        cert, key = Path(folder) / "tls.crt", Path(folder) / "tls.key"
+        cert.write_bytes(cert_pem)
+        key.touch(0o600)
+        key.write_bytes(key_pem)
+        context.load_cert_chain(cert, key)
+
+
+def _der(pem: bytes | None) -> bytes | None:
+    return ssl.PEM_cert_to_DER_cert(pem.decode()) if pem else None
 
 
 # -- the record --------------------------------------------------------------------------------------
@@ -311,7 +319,11 @@ class FaultProxy:
         self._context = context
         self._port = port
         self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # for requests with a token
+        self._cert_session: aiohttp.ClientSession | None = None  # presents the user's certificate
+        self._client_cert_der = _der(upstream.client_cert_pem) if upstream.client_key_pem else None
+        self._ca_pem: bytes | None = None
+        self._serving: tuple[bytes, bytes, bytes] | None = None  # the CA's, certificate's, key's PEM
         self._url: str | None = None
         self._released = asyncio.Event()
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -330,23 +342,46 @@ class FaultProxy:
         """Listen on a loopback port (the one given, else a free one)."""
         if self._runner is not None:
             raise RuntimeError("the fault proxy is already started")
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ssl=upstream_ssl_context(self.upstream)),
-            timeout=_UPSTREAM_TIMEOUT,
-            auto_decompress=False,  # bytes pass through as the API server encoded them
-            read_bufsize=2**21,
-        )
+        self._session = _client_session(upstream_ssl_context(self.upstream, client_cert=False))
+        if self._client_cert_der is not None:
+            self._cert_session = _client_session(upstream_ssl_context(self.upstream))
         app = web.Application(client_max_size=_MAX_REQUEST_BODY)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # handler_cancellation: a client that goes away cancels its request here, and so upstream.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", self._port)
+        site = web.TCPSite(runner, "127.0.0.1", self._port, ssl_context=self._serving_context())
         await site.start()
         self._runner = runner
         port = runner.addresses[0][1]
-        self._url = f"http://127.0.0.1:{port}"
+        self._url = f"https://127.0.0.1:{port}"
         log.info("fault proxy on %s for %s", self._url, self.upstream.server)
+
+    def _serving_context(self) -> ssl.SSLContext:
+        """HTTPS, so that clients send their credentials (client-go sends none to plain HTTP), with a
+        certificate of the proxy's own; a client may present the kubeconfig user's certificate."""
+        from kubetrain.devcluster import certs  # cryptography, only where a proxy starts
+
+        if self._serving is None:  # one for the proxy's life: its kubeconfigs outlive a stop and start
+            self._serving = certs.throwaway_serving("kubetrain-fault-proxy")
+        self._ca_pem, cert_pem, key_pem = self._serving
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        _load_chain(context, cert_pem, key_pem)
+        if self.upstream.client_cert_pem and self._client_cert_der is not None:
+            # Taken only when it verifies (it is compared with the kubeconfig's in ``_credential``).
+            context.verify_mode = ssl.CERT_OPTIONAL
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+            context.load_verify_locations(
+                cadata=((self.upstream.ca_pem or b"") + b"\n" + self.upstream.client_cert_pem).decode()
+            )
+        return context
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA of the proxy's serving certificate, which its clients trust."""
+        if self._ca_pem is None:
+            raise RuntimeError("the fault proxy is not started")
+        return self._ca_pem
 
     async def stop(self) -> None:
         """Close every connection (held requests and open streams end at once) and stop listening."""
@@ -361,9 +396,10 @@ class FaultProxy:
         if in_flight:
             await asyncio.wait(in_flight, timeout=5)
         await runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._cert_session):
+            if session is not None:
+                await session.close()
+        self._session = self._cert_session = None
 
     async def __aenter__(self) -> FaultProxy:
         await self.start()
@@ -374,7 +410,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
+        """``https://127.0.0.1:PORT``."""
         if self._url is None:
             raise RuntimeError("the fault proxy is not started")
         return self._url
@@ -394,7 +430,9 @@ class FaultProxy:
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.touch(0o600)
         dest.write_text(
-            yaml.safe_dump(proxied_config(self._kubeconfig, server, self._context), sort_keys=False)
+            yaml.safe_dump(
+                proxied_config(self._kubeconfig, server, self.ca_pem, self._context), sort_keys=False
+            )
         )
         return dest
 
@@ -436,7 +474,24 @@ class FaultProxy:
         ]
 
     # -- serving ---------------------------------------------------------------------------------
+    def _credential(self, request: web.BaseRequest) -> aiohttp.ClientSession | None:
+        """The session a request goes upstream on: the one presenting the user's certificate for a
+        client that presented it here, the plain one for a request with its own ``Authorization``;
+        None for a request with neither, which is not forwarded."""
+        tls = request.transport.get_extra_info("ssl_object") if request.transport else None
+        presented = tls.getpeercert(binary_form=True) if tls is not None else None
+        if presented is not None and presented == self._client_cert_der and self._cert_session is not None:
+            return self._cert_session
+        if request.headers.get("Authorization", "").strip():
+            return self._session
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self._credential(request) is None:
+            log.warning("refused %s %s: no credential of its own", request.method, request.raw_path)
+            return web.json_response(
+                status_body(401, reason="Unauthorized", message=UNAUTHENTICATED, retry_after=None), status=401
+            )
         raw_target = request.raw_path
         raw_path, _, raw_query = raw_target.partition("?")
         client, raw_path = split_client(raw_path)
@@ -528,13 +583,11 @@ class FaultProxy:
 
     async def _open(self, request: web.Request, target: URL, body: bytes) -> aiohttp.ClientResponse:
         """Send the request on; the response's head has arrived when this returns."""
-        assert self._session is not None
+        session = self._credential(request)
+        assert session is not None  # ``_handle`` refused the request otherwise
         headers = forwarded_headers(request.headers.items())
-        if "Authorization" not in headers and self.upstream.token:
-            # client-go (kubectl, Go controllers) sends no credentials over plain HTTP.
-            headers["Authorization"] = f"Bearer {self.upstream.token}"
         try:
-            return await self._session.request(
+            return await session.request(
                 request.method,
                 target,
                 headers=headers,
@@ -587,6 +640,15 @@ class FaultProxy:
                 upstream.close()
 
 
+def _client_session(tls: ssl.SSLContext | bool) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ssl=tls),
+        timeout=_UPSTREAM_TIMEOUT,
+        auto_decompress=False,  # bytes pass through as the API server encoded them
+        read_bufsize=2**21,
+    )
+
+
 class _UpstreamError(Exception):
     """The API server could not be reached or broke off: the client gets a 502."""
 
@@ -631,7 +693,7 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kubetrain.devcluster.faultproxy",
-        description="Put a fault-injecting HTTP proxy in front of a cluster's API server.",
+        description="Put a fault-injecting HTTPS proxy in front of a cluster's API server.",
     )
     parser.add_argument(
         "--kubeconfig",

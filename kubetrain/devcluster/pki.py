@@ -2,7 +2,11 @@
 
 A small CA of our own signs the API server's serving certificate (so clients
 verify TLS instead of skipping it) and the client certificate the API server
-presents to node endpoints (``kubectl logs`` on the process node). People and
+presents to node endpoints (``kubectl logs`` on the process node). etcd has a CA
+of its own, whose key is thrown away once it has signed etcd's certificate and
+the API server's client certificate: etcd serves TLS only and takes only clients
+with that certificate, so nothing else on the machine reads or writes the
+cluster's objects behind the API server's back. People and
 components authenticate with static bearer tokens, one identity each, so RBAC
 decisions in the logs name who did what. Everything is generated fresh per
 cluster and lives in its state dir; the keys and certificates themselves are
@@ -66,6 +70,11 @@ class Pki:
     sa_key = _InRoot("sa.key")
     sa_pub = _InRoot("sa.pub")
     tokens = _InRoot("tokens.csv")
+    etcd_ca_cert = _InRoot("etcd-ca.crt")
+    etcd_cert = _InRoot("etcd.crt")  # serving, and presented to its peer port
+    etcd_key = _InRoot("etcd.key")
+    etcd_client_cert = _InRoot("apiserver-etcd-client.crt")  # the only client etcd takes
+    etcd_client_key = _InRoot("apiserver-etcd-client.key")
 
     def token(self, identity: str) -> str:
         """The bearer token of an identity (the third column, uid, holds its short name)."""
@@ -81,6 +90,7 @@ def generate(root: Path) -> Pki:
     from kubetrain.devcluster import certs  # only `dev up` makes keys (see certs)
 
     root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
     pki = Pki(root)
     certs.issue_cluster_certs(pki)
     rows = []

@@ -45,12 +45,15 @@ class Probe(Protocol):
 
 @dataclass(frozen=True)
 class HealthCheck:
-    """An HTTP(S) endpoint that answers 200 once the component is ready."""
+    """An HTTP(S) endpoint that answers 200 once the component is ready; ``client_cert`` and
+    ``client_key``: the certificate presented to a server that takes only known clients (etcd)."""
 
     url: str
     token: str | None = None
     ca_file: Path | None = None
     insecure: bool = False
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
     @property
     def what(self) -> str:
@@ -66,6 +69,8 @@ class HealthCheck:
             if self.insecure:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
+            if self.client_cert is not None:
+                context.load_cert_chain(self.client_cert, self.client_key)
         try:
             with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
                 return bool(response.status == 200)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import contextlib
 import json
 import re
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,9 +19,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from kubernetes_asyncio import client, config, watch
 
 from kubetrain.devcluster import faultproxy
+from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.faultproxy import Exchange, FaultProxy, Rule
 from kubetrain.devcluster.faultrules import Action
 from tests.docs_commands import REPO, documented, python_blocks
@@ -123,6 +127,57 @@ async def test_a_client_lists_and_watches_through_the_proxy(
         ("GET", f"/api/v1/namespaces/{namespace}/configmaps", 200),
     ]
     assert proxy.exchanges[1].query["watch"].lower() == "true"
+
+
+async def test_a_request_without_a_credential_of_its_own_is_refused_by_the_proxy(
+    proxy: FaultProxy, proxied_core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """The proxy adds no credential (docs/security.md): whoever reaches its port without one of their
+    own gets a 401 from the proxy, and the API server never sees the request."""
+    ca = tmp_path / "proxy-ca.crt"
+    ca.write_bytes(proxy.ca_pem)
+    tls = ssl.create_default_context(cafile=str(ca))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as anonymous:
+        async with anonymous.get(f"{proxy.url}/api/v1/namespaces/{namespace}/configmaps") as answer:
+            assert answer.status == 401
+            assert "credential of their own" in (await answer.json())["message"]
+        async with anonymous.get(f"{proxy.url}/version", headers={"Authorization": "Bearer wrong"}) as answer:
+            assert answer.status == 401  # forwarded, and refused by the API server itself
+    assert [e.status for e in proxy.exchanges] == [401]  # the forwarded one: the proxy's own is not recorded
+    await proxied_core.list_namespaced_config_map(namespace)  # the kubeconfig's own token passes
+    assert [e.status for e in proxy.exchanges] == [401, 200]
+
+
+async def test_a_client_certificate_user_is_forwarded_only_for_a_client_that_presents_that_certificate(
+    dev_cluster: DevCluster, tmp_path: Path
+) -> None:
+    """A kubeconfig user with a client certificate (kind's): the proxy presents it upstream only for a
+    client that presented it to the proxy, proving it holds the key."""
+    keys = dev_cluster.pki
+    cert, key = keys.kubelet_client_cert, keys.kubelet_client_key  # a client certificate of the cluster CA
+    kubeconfig = yaml.safe_load(dev_cluster.kubeconfig.read_text())
+    data = {"client-certificate-data": cert.read_bytes(), "client-key-data": key.read_bytes()}
+    kubeconfig["users"][0]["user"] = {k: base64.b64encode(v).decode() for k, v in data.items()}
+    source = tmp_path / "certificate.kubeconfig"
+    source.write_text(yaml.safe_dump(kubeconfig))
+    async with FaultProxy.for_kubeconfig(source) as proxy:
+        ca = tmp_path / "proxy-ca.crt"
+        ca.write_bytes(proxy.ca_pem)
+        anonymous = ssl.create_default_context(cafile=str(ca))
+        holder = ssl.create_default_context(cafile=str(ca))
+        holder.load_cert_chain(cert, key)
+        answers = []
+        for tls in (anonymous, holder):
+            async with (
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as session,
+                session.get(f"{proxy.url}/api") as answer,
+            ):
+                answers.append(answer.status)
+        assert answers == [401, 200]
+        api = await config.new_client_from_config(config_file=str(proxy.write_kubeconfig(tmp_path / "p")))
+        async with api:
+            assert (await client.CoreApi(api).get_api_versions()).versions == ["v1"]
+        assert [e.status for e in proxy.exchanges] == [200, 200]
 
 
 @pytest.mark.parametrize(
@@ -344,12 +399,12 @@ async def test_the_documented_command_puts_the_proxy_with_the_documented_rules_i
     assert proc.stdout is not None
     try:
         started = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert started.startswith("fault proxy on http://127.0.0.1:"), (started, log.read_text())
+        assert started.startswith("fault proxy on https://127.0.0.1:"), (started, log.read_text())
         proxied = tmp_path / "proxied.kubeconfig"
         api = await config.new_client_from_config(config_file=str(proxied))
         async with api:
             await patch_status_twice_refused(jobs, api, "through-the-process")
-        # kubectl sends no credentials over plain HTTP: the proxy adds the kubeconfig's token.
+        # kubectl (client-go) sends its own token to the proxy, which serves HTTPS for that.
         kubectl = await asyncio.create_subprocess_exec(
             "kubectl",
             "get",

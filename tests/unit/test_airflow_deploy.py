@@ -17,12 +17,15 @@ from kubetrain.devcluster.airflow_config import (
     Secrets,
     airflow_component,
     airflow_settings,
+    postgres_init,
     render_config,
     running_job_query,
     setup_commands,
 )
 
-SECRETS = Secrets(fernet_key="f" * 44, jwt_secret="jwt", secret_key="key", admin_password="-pw")
+SECRETS = Secrets(
+    fernet_key="f" * 44, jwt_secret="jwt", secret_key="key", admin_password="-pw", database_password="db-pw"
+)
 PORTS = {"postgres": 5001, "api": 5002, "worker-logs": 5003, "trigger-logs": 5004}
 
 
@@ -49,7 +52,9 @@ def test_every_process_reads_one_config_with_the_shared_secrets_and_the_local_ex
     assert parsed["core"]["parallelism"] == "4"  # twice the cores: more would miss the import timeout
     assert parsed["core"]["fernet_key"] == SECRETS.fernet_key
     assert parsed["core"]["dags_folder"] == "/repo/dags"
-    assert parsed["database"]["sql_alchemy_conn"] == "postgresql+psycopg2://postgres@127.0.0.1:5001/airflow"
+    assert parsed["database"]["sql_alchemy_conn"] == (
+        "postgresql+psycopg2://postgres:db-pw@127.0.0.1:5001/airflow"
+    )
     assert parsed["kubetrain"]["job_url_template"] == (
         "https://127.0.0.1:6443/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}"
     )
@@ -107,3 +112,17 @@ def test_every_task_instance_of_a_run_is_read_past_the_api_s_page_limit(
     monkeypatch.setattr(api, "_send", page)
     assert api.task_instances("kt", "run") == tis
     assert len(asked) == 3
+
+
+def test_postgres_takes_password_logins_only_with_a_generated_password() -> None:
+    """No ``trust`` line in pg_hba.conf: another account on the machine cannot log in as the superuser
+    (docs/security.md), and each deployment has a password of its own."""
+    argv = postgres_init(Path("/pg/bin"), plan(3))
+    assert "--auth=scram-sha-256" in argv and not any("trust" in arg for arg in argv)
+    assert "--pwfile=/state/postgres.pwfile" in argv
+    assert plan(3).database_url == "postgresql://postgres:db-pw@127.0.0.1:5001/airflow"
+    triggerer = airflow_component(plan(3), "triggerer", Path("/pg/bin"), since=0)
+    assert isinstance(triggerer.health, process.CommandCheck)
+    assert triggerer.health.env["PGPASSWORD"] == "db-pw"
+    one, other = Secrets.generate(), Secrets.generate()
+    assert len(one.database_password) >= 32 and one.database_password != other.database_password

@@ -239,14 +239,6 @@ def test_the_upstream_is_read_from_the_current_context(tmp_path: Path) -> None:
     assert not upstream.insecure and upstream.client_cert_pem is None
 
 
-def test_the_users_token_is_read_for_clients_that_send_none(tmp_path: Path) -> None:
-    config = _dev_kubeconfig(tmp_path)
-    assert faultproxy.read_upstream(config, tmp_path).token == "secret"
-    (tmp_path / "token").write_text("from-a-file\n")
-    config["users"] = [{"name": "me", "user": {"tokenFile": "token"}}]
-    assert faultproxy.read_upstream(config, tmp_path).token == "from-a-file"
-
-
 def test_a_client_certificate_user_is_presented_upstream(tmp_path: Path) -> None:
     issued = pki.generate(tmp_path / "pki")
     upstream = faultproxy.Upstream(
@@ -257,6 +249,10 @@ def test_a_client_certificate_user_is_presented_upstream(tmp_path: Path) -> None
     )
     context = faultproxy.upstream_ssl_context(upstream)
     assert isinstance(context, ssl.SSLContext) and context.verify_mode == ssl.CERT_REQUIRED
+    # Requests that come with a token of their own go upstream without the certificate, which the
+    # API server would otherwise take for the client's identity.
+    plain = faultproxy.upstream_ssl_context(upstream, client_cert=False)
+    assert isinstance(plain, ssl.SSLContext) and plain.verify_mode == ssl.CERT_REQUIRED
     with pytest.raises(ssl.SSLError):
         faultproxy.upstream_ssl_context(dataclasses.replace(upstream, client_key_pem=b"not a key"))
 
@@ -277,9 +273,12 @@ def test_a_ca_file_path_is_relative_to_the_kubeconfig(tmp_path: Path) -> None:
 
 def test_the_proxied_kubeconfig_points_at_the_proxy_with_the_same_credentials(tmp_path: Path) -> None:
     original = _dev_kubeconfig(tmp_path)
-    proxied = faultproxy.proxied_config(original, "http://127.0.0.1:9/_c/a")
+    proxied = faultproxy.proxied_config(original, "https://127.0.0.1:9/_c/a", b"PROXY CA")
     (cluster,) = proxied["clusters"]
-    assert cluster["cluster"] == {"server": "http://127.0.0.1:9/_c/a"}
+    assert cluster["cluster"] == {
+        "server": "https://127.0.0.1:9/_c/a",
+        "certificate-authority-data": base64.b64encode(b"PROXY CA").decode(),
+    }
     assert proxied["users"] == original["users"]
     assert proxied["contexts"] == original["contexts"]
     assert original["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"  # type: ignore[index]

@@ -37,6 +37,13 @@ def main() -> None:
         help="the Python pods run with: its directory comes first on their PATH (default: this one)",
     )
     parser.add_argument(
+        "--hide",
+        type=Path,
+        action="append",
+        default=[],
+        help="a directory pods must not see (the cluster's state dir); repeatable (confine.py says how)",
+    )
+    parser.add_argument(
         "--default-node",
         action="store_true",
         help="register the node without its taint, so pods that name no node run here",

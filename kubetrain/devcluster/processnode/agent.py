@@ -24,12 +24,12 @@ import socket
 import ssl
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.devcluster.processnode import containers, isolation, logserver, network
+from kubetrain.devcluster.processnode import confine, containers, isolation, logserver, network
 from kubetrain.devcluster.processnode.pods import PodWorker
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
@@ -63,6 +63,8 @@ class Settings:
     default_node: bool = False
     # The Python pods run with: its directory comes first on their PATH (interpreter.py says why).
     pod_python: str = sys.executable
+    # Directories pods must not see (the cluster's state dir: its keys, tokens, etcd's data).
+    hide: list[Path] = field(default_factory=list)
 
 
 def detect_gpus() -> list[str]:
@@ -125,6 +127,7 @@ class Agent:
         self.pods.add_handler(self._on_pod)
         self._runtime_bin = str(Path(settings.pod_python).parent)
         self.netshim: Path | None = None  # the port isolation library, once built
+        self.confinement: list[str] = []  # what containers start through, once checked (``confined``)
 
     @property
     def pods_dir(self) -> Path:
@@ -145,6 +148,38 @@ class Agent:
             "GLOO_SOCKET_IFNAME": "lo",
             "NCCL_SOCKET_IFNAME": "lo",
         }
+
+    def confined(self, keep: list[Path]) -> list[str]:
+        """The wrapper a container starts through so that it cannot see ``settings.hide``, but for
+        ``keep`` (its pod's own files); none where the host does not allow it (``_check_confinement``)."""
+        if not self.confinement:
+            return []
+        # Absolute: confine.py runs in the container's working directory, the node in its own.
+        return [*self.confinement, *(arg for path in keep for arg in ("--keep", str(path.resolve()))), "--"]
+
+    def _check_confinement(self) -> list[str]:
+        """``confine``'s command with the hidden directories, if it works on this host; else [] and
+        a warning: the pods then read whatever the node's user reads."""
+        if not self.settings.hide:
+            return []
+        command = [
+            sys.executable,
+            "-I",
+            "-S",
+            confine.__file__,
+            *(arg for path in self.settings.hide for arg in ("--hide", str(path.resolve()))),
+        ]
+        done = subprocess.run([*command, "--check"], capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            log.warning(
+                "pods can read %s (the cluster's keys and tokens): this host does not let the node hide it "
+                "from them: %s",
+                ", ".join(map(str, self.settings.hide)),
+                done.stderr.strip() or f"exit code {done.returncode}",
+            )
+            return []
+        log.info("pods run with %s out of their sight", ", ".join(map(str, self.settings.hide)))
+        return command
 
     async def lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
         resource = CONFIGMAPS if kind == "ConfigMap" else SECRETS
@@ -335,6 +370,7 @@ class Agent:
         if left:
             log.warning("stopped %d processes an earlier run of this node left running: %s", len(left), left)
         self.netshim = await asyncio.to_thread(isolation.build, self.settings.state_dir)
+        self.confinement = await asyncio.to_thread(self._check_confinement)
         await self.register()
         self.services.start()
         await self.services.wait_synced()

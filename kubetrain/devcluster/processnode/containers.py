@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import errno
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -43,6 +45,8 @@ class Run:
     env: dict[str, str]
     cwd: Path
     log_path: Path
+    # What the program is started through (``confine``, ending in ``--``): it replaces itself with it.
+    wrapper: list[str] = field(default_factory=list)
     process: asyncio.subprocess.Process | None = None
     started_at: str = ""
     finished_at: str = ""
@@ -54,7 +58,7 @@ class Run:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.touch()
         self.process = await asyncio.create_subprocess_exec(
-            *self.argv,
+            *self._command(),
             env=self.env,
             cwd=str(self.cwd),
             stdin=asyncio.subprocess.DEVNULL,
@@ -68,6 +72,20 @@ class Run:
             asyncio.create_task(self._pump(self.process.stdout, "stdout")),
             asyncio.create_task(self._pump(self.process.stderr, "stderr")),
         ]
+
+    def _command(self) -> list[str]:
+        """``argv``, behind the wrapper if there is one, which is given the program's path and then
+        ``argv`` as written; the program is looked up on the container's ``PATH`` here, so a missing one
+        fails to start (``OSError``) as it does without a wrapper."""
+        if not self.wrapper:
+            return self.argv
+        program = self.argv[0]
+        if "/" not in program:
+            found = shutil.which(program, path=self.env.get("PATH", os.defpath))
+            if found is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+            program = found
+        return [*self.wrapper, program, *self.argv]
 
     async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as log:

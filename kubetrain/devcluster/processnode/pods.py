@@ -93,6 +93,7 @@ class PodWorker:
         self.grace = 30.0  # the grace period of the deletion, once there is one
         self.gpus: list[str] = []
         self.mounts: dict[str, list[tuple[str, str]]] = {}
+        self.claim_dirs: list[Path] = []  # the host directories of the pod's claims
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -186,6 +187,8 @@ class PodWorker:
         return None
 
     def _mount_table(self, host_dirs: dict[str, Path]) -> None:
+        claims = [v["name"] for v in self.pod["spec"].get("volumes") or [] if "persistentVolumeClaim" in v]
+        self.claim_dirs = [host_dirs[name] for name in claims if name in host_dirs]
         for spec in [
             *(self.pod["spec"].get("initContainers") or []),
             *(self.pod["spec"].get("containers") or []),
@@ -378,7 +381,18 @@ class PodWorker:
             network.map_paths(a, mounts) if i == 0 else self._rewrite(a, mounts) for i, a in enumerate(argv)
         ]
         log_path = containers.log_dir(self.dir, spec["name"]) / f"{state.restarts}.log"
-        return containers.Run(argv=argv, env=process_env, cwd=workdir, log_path=log_path)
+        return containers.Run(
+            argv=argv,
+            env=process_env,
+            cwd=workdir,
+            log_path=log_path,
+            wrapper=self.agent.confined(self._kept()),
+        )
+
+    def _kept(self) -> list[Path]:
+        """What a container of this pod sees of the hidden state dir: the pod's own files, its claims'
+        volumes, the port shim; not another pod's files, nor a hostPath into the state dir."""
+        return [self.dir, *([self.agent.netshim] if self.agent.netshim else []), *self.claim_dirs]
 
     def _rewrite(self, text: str, mounts: list[tuple[str, str]]) -> str:
         rewritten, _ = self.agent.resolver.rewrite(text, self.namespace)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes_asyncio import client as k8s
 
 from kubetrain import naming
 from kubetrain.client import JobClient, kinds
@@ -31,6 +32,7 @@ from kubetrain.operators.compat import AIRFLOW_V_3_0_PLUS
 from tests.airflow.deployment.conftest import Runs
 from tests.airflow.deployment.harness import EXAMPLE_DAGS, RecordingProxy, finish_pods, until, watches
 from tests.docs_commands import run_documented, shell_env
+from tests.e2e.test_closed_cluster import reached, ways_in_from_a_pod
 
 # The issue of scale is the triggerer's; 50 deferred tasks take minutes on two cores, so the default is
 # smaller and KUBETRAIN_AIRFLOW_DEFERRED_TASKS=50 runs the full size.
@@ -347,3 +349,15 @@ def test_the_api_server_serves_the_task_s_link_to_its_job(
     context = ssl.create_default_context(cafile=str(dev_cluster.pki.ca_cert))
     with urllib.request.urlopen(request, context=context, timeout=30) as response:
         assert json.loads(response.read())["metadata"]["uid"] == result["uid"]
+
+
+async def test_a_pod_on_the_process_node_cannot_log_in_to_the_deployment_s_postgres(
+    deployment: AirflowDeployment, core: k8s.CoreV1Api, namespace: str
+) -> None:
+    """Postgres takes password logins only (docs/security.md): a pod on the process node that reaches
+    its port is asked for the deployment's generated password, not let in as the superuser."""
+    state = deployment.load_state()
+    assert state is not None
+    outcomes = await ways_in_from_a_pod(core, namespace, {"POSTGRES": f"127.0.0.1:{state.ports['postgres']}"})
+    assert not reached(outcomes), f"a pod on the process node reached: {reached(outcomes)}"
+    assert "asked for a password" in outcomes["the Airflow deployment's Postgres"], outcomes
