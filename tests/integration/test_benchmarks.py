@@ -68,3 +68,31 @@ def test_the_documented_request_cost_benchmark_prices_every_request(tmp_path: Pa
     report = (tmp_path / "apiserver_write_cost.md").read_text()
     assert "| PyTorchJob status PATCH, CRD without CEL rules |" in report, report
     assert (tmp_path / "apiserver_write_cost.png").stat().st_size > 0
+
+
+def test_the_documented_status_server_abuse_benchmark_holds_the_abuse_to_its_budgets(
+    kubeconfig: Path, tmp_path: Path
+) -> None:
+    """At a tiny size: every job ran in both modes, and under abuse the TokenReviews stayed under the
+    budget's cap, the reporter's tight loop got 429 (and some reports through), and no random token
+    got anything but 401 or 429."""
+    run_documented(
+        "docs/performance.md",
+        ".venv/bin/python benchmarks/status_server_abuse.py",
+        env={**os.environ, "COLUMNS": "200"},
+        replace={
+            "status_server_abuse.py": (
+                f"status_server_abuse.py --kubeconfig {kubeconfig} --jobs 2 --rounds 1 --results {tmp_path}"
+            )
+        },
+        timeout=600,
+    )
+    found = json.loads((tmp_path / "status_server_abuse.json").read_text())
+    assert [r["mode"] for r in found["runs"]] == ["quiet", "elsewhere", "abused"]
+    assert all(len(r["latencies"]) == 2 for r in found["runs"]), found["runs"]
+    (abused,) = (r for r in found["runs"] if r["mode"] == "abused")
+    answers = abused["answers"]
+    assert answers.get("reporter 429", 0) > 0 and answers.get("reporter 200", 0) > 0, answers
+    assert {k for k in answers if k.startswith("random")} <= {"random 401", "random 429"}, answers
+    assert abused["token_reviews"] <= found["review_caps"][0], (abused["token_reviews"], found["review_caps"])
+    assert (tmp_path / "status_server_abuse.png").stat().st_size > 0
