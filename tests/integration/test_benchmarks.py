@@ -81,7 +81,7 @@ def test_the_documented_status_server_abuse_benchmark_holds_the_abuse_to_its_bud
         ".venv/bin/python benchmarks/status_server_abuse.py",
         env={**os.environ, "COLUMNS": "200"},
         replace={
-            "status_server_abuse.py": (
+            "status_server_abuse.py --rounds 3": (
                 f"status_server_abuse.py --kubeconfig {kubeconfig} --jobs 2 --rounds 1 --results {tmp_path}"
             )
         },
