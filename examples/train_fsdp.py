@@ -16,8 +16,9 @@ workers continues from the same step. Every rank logs a SHA-256 of the whole mod
 state when it saves a step and when it resumes from one, so the two can be compared.
 
 ``--die-after-staging=STEP`` (fault injection) makes rank ``--die-rank`` end its process with
-``os._exit`` right after ``save`` of STEP returned, while its shards are being uploaded: no commit
-is made for STEP, and the retry resumes from the step before.
+``os._exit(17)`` right after ``save`` of STEP returned, while its shards are being uploaded, in a run
+that started from scratch (not in a retry, which resumes): no commit is made for STEP, and the retry
+(a restart in place, ``kubetrain resume``, a resubmission) resumes from the step before.
 
     torchrun --nproc-per-node=2 examples/train_fsdp.py --steps 40 --checkpoint-every 10
 """
@@ -29,6 +30,7 @@ import atexit
 import hashlib
 import os
 import sys
+import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -59,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--die-after-staging", type=int, default=None, help="fault injection: see above")
     parser.add_argument("--die-rank", type=int, default=1, help="the rank --die-after-staging ends")
     parser.add_argument(
-        "--die-on-attempt", type=int, default=1, help="inject only on this attempt ($KUBETRAIN_ATTEMPT)"
+        "--step-seconds", type=float, default=0.0, help="extra time per step (to watch it run)"
     )
     return parser.parse_args()
 
@@ -115,12 +117,10 @@ def digest(net: nn.Module, optimizer: torch.optim.Optimizer) -> str:
     return sha.hexdigest()[:16]
 
 
-def train(args: argparse.Namespace, rank: int, world: int) -> int:
+def train(args: argparse.Namespace, ckpt: CheckpointManager, rank: int, world: int) -> int:
     mesh = init_device_mesh("cpu", (world,))
     net = model(mesh)
     optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
-    ckpt = CheckpointManager(keep=args.keep)  # $KUBETRAIN_CHECKPOINT_DIR: a directory or an s3:// URL
-    ckpt.install_report_on_exit()
     attempt = int(os.environ.get("KUBETRAIN_ATTEMPT", "1") or 1)
 
     start = 0
@@ -143,6 +143,8 @@ def train(args: argparse.Namespace, rank: int, world: int) -> int:
         loss.backward()
         optimizer.step()
         loss_value = float(loss.detach())
+        if args.step_seconds:
+            time.sleep(args.step_seconds)
         if step % 10 == 0 or step == args.steps:
             log(rank, "training", step=step, loss=f"{loss_value:.5f}")
         if step % args.checkpoint_every == 0 or step == args.steps:
@@ -151,7 +153,7 @@ def train(args: argparse.Namespace, rank: int, world: int) -> int:
                 state(net, optimizer, step), step, sharded=True, blocking=False, metrics={"loss": loss_value}
             )
             log(rank, "checkpoint staged", step=step, state=saved_digest)
-            if step == args.die_after_staging and rank == args.die_rank and attempt == args.die_on_attempt:
+            if step == args.die_after_staging and rank == args.die_rank and resumed is None:
                 log(rank, "injected failure: exiting while the checkpoint is uploaded", step=step)
                 os._exit(EXIT_INJECTED)
 
@@ -170,10 +172,25 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
+    ckpt = CheckpointManager(keep=args.keep)  # $KUBETRAIN_CHECKPOINT_DIR: a directory or an s3:// URL
+    ckpt.install_report_on_exit()
     try:
-        return train(args, dist.get_rank(), world)
+        return train(args, ckpt, dist.get_rank(), world)
     finally:
+        settle(ckpt, rank)
         dist.destroy_process_group()
+
+
+def settle(ckpt: CheckpointManager, rank: int) -> None:
+    """Let a save still in flight end before the process groups its collectives use are destroyed.
+
+    Only after an error (train() waits for its last save): the save then fails too, at once when a
+    rank is gone. The error that ended training is the one raised and reported; this one is printed.
+    """
+    try:
+        ckpt.wait()
+    except BaseException as error:
+        log(rank, "the checkpoint in flight failed too:", error=f"{type(error).__name__}: {error}")
 
 
 def leave(code: int) -> NoReturn:

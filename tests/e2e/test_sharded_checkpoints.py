@@ -20,6 +20,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from kubetrain import naming
+from kubetrain.checkpoint import CheckpointManager
 from kubetrain.devcluster.cluster import DevCluster
 from tests.conftest import REPO
 from tests.docs_commands import documented
@@ -40,6 +41,7 @@ def fsdp_job(
     workers: int,
     annotations: dict[str, str],
     restart_policy: str = "Never",
+    run_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A PyTorchJob of a Master and ``workers`` Workers training examples/train_fsdp.py."""
 
@@ -63,7 +65,10 @@ def fsdp_job(
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": name, "annotations": annotations},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)}},
+        "spec": {
+            "runPolicy": run_policy or {},
+            "pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)},
+        },
     }
 
 
@@ -165,6 +170,86 @@ async def test_a_worker_killed_mid_upload_leaves_no_commit_and_kubetrain_resume_
     # kubetrain resume labels its attempts with their lineage, the first job's name
     assert commits(data)[-2:] == ["step-00000030/COMPLETE-a2@fsdp", "step-00000040/COMPLETE-a2@fsdp"]
     assert_every_rank_s_shard(data, 40, world_size=2)
+
+
+async def test_a_worker_killed_mid_upload_is_restarted_in_place_and_every_rank_resumes_from_the_last_commit(
+    controller: Any, jobs: Jobs, core: client.CoreV1Api, namespace: str, s3: tuple[str, Path]
+) -> None:
+    """The same fault under ``restartPolicy: OnFailure``: the controller restarts the containers in place
+    (the Worker's, and the Master's, which failed when its peer went), and both ranks resume from step 20
+    with the state saved there, within attempt 1."""
+    location, data = s3
+    args = ("--steps=40", "--checkpoint-every=10", "--die-after-staging=30")
+    job = fsdp_job(
+        "restarted",
+        *args,
+        workers=1,
+        annotations=opted_in(location),
+        restart_policy="OnFailure",
+        run_policy={"backoffLimit": 4},
+    )
+    await jobs.create(job)
+    done = await jobs.wait_condition("restarted", "Succeeded", timeout=300)
+    assert done["status"]["restartCount"] >= 1, done["status"]
+    report = await report_of(jobs, "restarted")
+    assert report["resumed_from_step"] == 20 and report["step"] == 40, report
+    assert report["last_checkpoint"] == f"{location}/step-00000040", report
+    first_run = await logs(core, namespace, "restarted-worker-0", previous=True)
+    assert "injected failure" in first_run, first_run[-800:]
+    saved = staged(first_run)
+    for pod in ("restarted-master-0", "restarted-worker-0"):
+        resumed = RESUMED.findall(await logs(core, namespace, pod))
+        assert resumed == [("20", "2", saved[20])], f"{pod} did not resume from the state saved at step 20"
+    # retention keeps three; the first run's step-30 shards were never committed
+    assert commits(data) == [f"step-000000{step}/COMPLETE-a1" for step in (20, 30, 40)]
+    assert_every_rank_s_shard(data, 30, world_size=2)
+
+
+async def test_a_stale_attempt_is_refused_on_every_rank_when_it_saves(
+    controller: Any,
+    jobs: Jobs,
+    namespace: str,
+    s3: tuple[str, Path],
+    dev_cluster: DevCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While attempt 1 trains, a newer attempt of the job starts on its location (recorded in the fence,
+    as its rank 0 does first thing): attempt 1's next sharded save is refused on every rank before it
+    writes (``FencedOff``, exit 86), and it commits nothing more."""
+    location, data = s3
+    args = ("--steps=40", "--checkpoint-every=10", "--step-seconds=0.5")
+    await jobs.create(fsdp_job("stale", *args, workers=1, annotations=opted_in(location)))
+
+    async def first_commit() -> bool:
+        return commits(data) == ["step-00000010/COMPLETE-a1"]
+
+    await eventually(first_commit, timeout=180, interval=0.2, what="the commit of step 10")
+    store = dev_cluster.object_store()
+    assert store is not None
+    for name, value in store.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("KUBETRAIN_LINEAGE", raising=False)
+    await asyncio.to_thread(CheckpointManager(location, attempt=2).start)  # 5 s before step 20's save
+
+    failed = await jobs.wait_condition("stale", "Failed", timeout=120)
+    message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
+    assert "a newer attempt of the job owns its checkpoint directory" in message, message
+
+    async def exit_codes() -> dict[str, int] | None:
+        """Each pod's exit code once none runs (the controller deletes a failed job's running pods)."""
+        pods = await jobs.pods("stale")
+        statuses = [(p.metadata.name, (p.status.container_statuses or [None])[0]) for p in pods]
+        if any(status is None or status.state.terminated is None for _, status in statuses):
+            return None
+        return {name: status.state.terminated.exit_code for name, status in statuses} or {"": 86}
+
+    codes = await eventually(exit_codes, timeout=60, what="the pods of attempt 1 to end")
+    assert set(codes.values()) == {86}, (codes, message)
+    report = await report_of(jobs, "stale")
+    assert report["status"] == "fenced" and report["fenced_by"] == "2", report
+    assert report["last_checkpoint"] == f"{location}/step-00000010", report
+    assert commits(data) == ["step-00000010/COMPLETE-a1"]
+    assert not list(data.glob("step-00000020/*")), "the stale attempt wrote step 20"
 
 
 async def test_a_sharded_checkpoint_resumes_in_a_job_with_fewer_workers(
