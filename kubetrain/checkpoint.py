@@ -978,7 +978,13 @@ class CheckpointManager:
         """``(state, step)`` of the resume point, or None when training starts from scratch.
 
         Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``); every
-        rank then resumes from the checkpoint rank 0 chose, since the load is a collective."""
+        rank then resumes from the checkpoint rank 0 chose, since the load is a collective. The ranks
+        first agree on the fence: when a newer attempt has started, every rank raises ``FencedOff``,
+        not rank 0 alone while the others wait for its choice."""
+        if state_dict is not None:
+            from kubetrain.checkpoint_sharded import Ranks, agree_on_fence
+
+            agree_on_fence(self, Ranks(), "resume")
         for tries_left in reversed(range(3)):
             checkpoint = self.resume_point()
             if state_dict is not None:

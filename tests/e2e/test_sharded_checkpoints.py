@@ -119,6 +119,14 @@ async def report_of(jobs: Jobs, name: str, *, kind: str = "PyTorchJob") -> dict[
     return found
 
 
+async def exit_codes(jobs: Jobs, job: str) -> dict[str, int] | None:
+    """Each pod's exit code once none runs (the controller deletes a failed job's running pods)."""
+    statuses = [(p.metadata.name, (p.status.container_statuses or [None])[0]) for p in await jobs.pods(job)]
+    if any(status is None or status.state.terminated is None for _, status in statuses):
+        return None
+    return {name: status.state.terminated.exit_code for name, status in statuses} or {"": 86}
+
+
 def staged(log: str) -> dict[int, str]:
     """The digest of the state of each step a rank staged, from its log."""
     return {int(m[1]): m[2] for m in STAGED.finditer(log)}
@@ -215,7 +223,8 @@ async def test_a_stale_attempt_is_refused_on_every_rank_when_it_saves(
 ) -> None:
     """While attempt 1 trains, a newer attempt of the job starts on its location (recorded in the fence,
     as its rank 0 does first thing): attempt 1's next sharded save is refused on every rank before it
-    writes (``FencedOff``, exit 86), and it commits nothing more."""
+    writes (``FencedOff``, exit 86), and it commits nothing more. Started again, attempt 1 is refused on
+    every rank as it resumes."""
     location, data = s3
     args = ("--steps=40", "--checkpoint-every=10", "--step-seconds=0.5")
     await jobs.create(fsdp_job("stale", *args, workers=1, annotations=opted_in(location)))
@@ -234,22 +243,24 @@ async def test_a_stale_attempt_is_refused_on_every_rank_when_it_saves(
     failed = await jobs.wait_condition("stale", "Failed", timeout=120)
     message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
     assert "a newer attempt of the job owns its checkpoint directory" in message, message
-
-    async def exit_codes() -> dict[str, int] | None:
-        """Each pod's exit code once none runs (the controller deletes a failed job's running pods)."""
-        pods = await jobs.pods("stale")
-        statuses = [(p.metadata.name, (p.status.container_statuses or [None])[0]) for p in pods]
-        if any(status is None or status.state.terminated is None for _, status in statuses):
-            return None
-        return {name: status.state.terminated.exit_code for name, status in statuses} or {"": 86}
-
-    codes = await eventually(exit_codes, timeout=60, what="the pods of attempt 1 to end")
+    codes = await eventually(
+        lambda: exit_codes(jobs, "stale"), timeout=60, what="the pods of attempt 1 to end"
+    )
     assert set(codes.values()) == {86}, (codes, message)
     report = await report_of(jobs, "stale")
     assert report["status"] == "fenced" and report["fenced_by"] == "2", report
     assert report["last_checkpoint"] == f"{location}/step-00000010", report
     assert commits(data) == ["step-00000010/COMPLETE-a1"]
     assert not list(data.glob("step-00000020/*")), "the stale attempt wrote step 20"
+
+    # attempt 1 started again (a pod its node runs again, say): it stops as it resumes, on every rank
+    await jobs.create(fsdp_job("stale-again", *args, workers=1, annotations=opted_in(location)))
+    await jobs.wait_condition("stale-again", "Failed", timeout=180)
+    codes = await eventually(lambda: exit_codes(jobs, "stale-again"), timeout=60, what="its pods to end")
+    assert set(codes.values()) == {86}, codes
+    report = await report_of(jobs, "stale-again")
+    assert report["status"] == "fenced" and report["fenced_by"] == "2" and report["step"] is None, report
+    assert commits(data) == ["step-00000010/COMPLETE-a1"]
 
 
 async def test_a_sharded_checkpoint_resumes_in_a_job_with_fewer_workers(
