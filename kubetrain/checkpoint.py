@@ -1042,8 +1042,14 @@ class CheckpointManager:
         self._reported = True
         return target
 
+    def _report_interrupted(self) -> None:
+        """SIGTERM's report: ``interrupted``, unless one was written already (completed, fenced off),
+        which then holds: a process stopped on its way out keeps what it reported."""
+        if not self._reported:
+            self.write_report(status="interrupted")
+
     def install_report_on_exit(self) -> None:
-        """Write the report at exit (unless the script wrote its own) and on SIGTERM (then exit 143).
+        """Write the report at exit and on SIGTERM (then exit 143), unless the script wrote its own.
 
         After ``save_on_termination``, SIGTERM only asks the loop to stop at its next ``end_of_step``
         (which saves one last checkpoint); without one within the wait, the process reports and exits.
@@ -1071,7 +1077,7 @@ class CheckpointManager:
         previous = signal.getsignal(signal.SIGTERM)
 
         def exit_now(signum: int, frame: FrameType | None) -> None:
-            self.write_report(status="interrupted")
+            self._report_interrupted()
             if callable(previous):
                 previous(signum, frame)
             os._exit(128 + signum)
