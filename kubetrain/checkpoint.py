@@ -978,7 +978,13 @@ class CheckpointManager:
         """``(state, step)`` of the resume point, or None when training starts from scratch.
 
         Pass ``state_dict`` (on every rank) to load a sharded checkpoint into it (see ``load``); every
-        rank then resumes from the checkpoint rank 0 chose, since the load is a collective."""
+        rank then resumes from the checkpoint rank 0 chose, since the load is a collective. The ranks
+        first agree on the fence: when a newer attempt has started, every rank raises ``FencedOff``,
+        not rank 0 alone while the others wait for its choice."""
+        if state_dict is not None:
+            from kubetrain.checkpoint_sharded import Ranks, agree_on_fence
+
+            agree_on_fence(self, Ranks(), "resume")
         for tries_left in reversed(range(3)):
             checkpoint = self.resume_point()
             if state_dict is not None:
@@ -1036,8 +1042,14 @@ class CheckpointManager:
         self._reported = True
         return target
 
+    def _report_interrupted(self) -> None:
+        """SIGTERM's report: ``interrupted``, unless one was written already (completed, fenced off),
+        which then holds: a process stopped on its way out keeps what it reported."""
+        if not self._reported:
+            self.write_report(status="interrupted")
+
     def install_report_on_exit(self) -> None:
-        """Write the report at exit (unless the script wrote its own) and on SIGTERM (then exit 143).
+        """Write the report at exit and on SIGTERM (then exit 143), unless the script wrote its own.
 
         After ``save_on_termination``, SIGTERM only asks the loop to stop at its next ``end_of_step``
         (which saves one last checkpoint); without one within the wait, the process reports and exits.
@@ -1065,7 +1077,7 @@ class CheckpointManager:
         previous = signal.getsignal(signal.SIGTERM)
 
         def exit_now(signum: int, frame: FrameType | None) -> None:
-            self.write_report(status="interrupted")
+            self._report_interrupted()
             if callable(previous):
                 previous(signum, frame)
             os._exit(128 + signum)

@@ -199,11 +199,30 @@ def save_in_background(rank: int, location: str, mesh: Any) -> None:
     )
 
 
+def resume_when_stale(rank: int, location: str, mesh: Any) -> None:
+    """A newer attempt has started: the stale attempt's collective resume stops on every rank."""
+    from kubetrain.checkpoint import CheckpointManager, FencedOff
+
+    state = {"model": fsdp(1, mesh).state_dict()}
+    try:
+        CheckpointManager(location, attempt=1).load_latest(state_dict=state)
+    except FencedOff as fenced:
+        assert fenced.code == 86 and fenced.fence == 2, fenced
+    else:
+        raise AssertionError(f"rank {rank}: a stale attempt resumed")
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # not through the interpreter's teardown, which torch's threads can abort (SIGABRT)
+
+
 SCENARIOS: dict[str, Callable[[int, str, Any], None]] = {
     "save_then_load": save_then_load,
     "load_then_save": load_then_save,
     "crash_before_commit": crash_before_commit,
     "save_in_background": save_in_background,
+    "resume_when_stale": resume_when_stale,
 }
 
 

@@ -714,6 +714,35 @@ def test_sigterm_writes_an_interrupted_report_and_exits_143(tmp_path: Path) -> N
     assert (report["status"], report["step"]) == ("interrupted", 5)
 
 
+REPORTED_THEN_SIGTERMED = """
+import sys, time
+from kubetrain.checkpoint import CheckpointManager
+ckpt = CheckpointManager(sys.argv[1], rank=0)
+ckpt.install_report_on_exit()
+ckpt.save(b"x", 5)
+ckpt.write_report(metrics={"accuracy": 0.5})
+print("ready", flush=True)
+time.sleep(60)  # e.g. waiting for the other ranks, when the pod is deleted
+"""
+
+
+def test_sigterm_after_the_final_report_leaves_it(tmp_path: Path) -> None:
+    """A process that has reported (completed, or fenced off) and is stopped on its way out (its pod
+    deleted as its job failed) keeps what it reported, not ``interrupted``."""
+    log = tmp_path / "termination-log"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REPORTED_THEN_SIGTERMED, str(tmp_path / "ckpt")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.terminate()
+    assert proc.wait(10) == 143
+    report = json.loads(log.read_text())
+    assert (report["status"], report["step"], report["metrics"]) == ("completed", 5, {"accuracy": 0.5})
+
+
 DIES = """
 import sys
 from kubetrain.checkpoint import CheckpointManager

@@ -119,6 +119,15 @@ def test_a_rank_killed_before_the_commit_leaves_the_previous_checkpoint_and_rete
     assert CheckpointManager(location, attempt=2).load_latest() == (b"next", 30)
 
 
+def test_a_stale_attempt_s_resume_is_refused_on_every_rank(location: str, tmp_path: Path) -> None:
+    """Rank 0 alone used to find the newer attempt (when it recorded its own) and stop, while rank 1
+    waited for its choice of checkpoint until the process group broke: an exit 1, not 86."""
+    CheckpointManager(location, attempt=1).save({"model": model(0).state_dict()}, 5, sharded=True)
+    CheckpointManager(location, attempt=2).start()
+    results = ranks("resume_when_stale", location, tmp_path)
+    assert [code for code, _ in results] == [0, 0], results
+
+
 def test_a_stale_attempt_s_sharded_commit_is_refused(location: str) -> None:
     old = CheckpointManager(location, attempt=1)
     old.save({"w": torch.ones(2)}, 10, sharded=True)
