@@ -11,8 +11,10 @@ import json
 import os
 from pathlib import Path
 
+import fsspec
 import pytest
 
+from kubetrain.devcluster.cluster import DevCluster
 from tests.docs_commands import run_documented
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -96,3 +98,61 @@ def test_the_documented_status_server_abuse_benchmark_holds_the_abuse_to_its_bud
     assert {k for k in answers if k.startswith("random")} <= {"random 401", "random 429"}, answers
     assert abused["token_reviews"] <= found["review_caps"][0], (abused["token_reviews"], found["review_caps"])
     assert (tmp_path / "status_server_abuse.png").stat().st_size > 0
+
+
+def test_the_documented_checkpoint_benchmark_measures_every_save_and_load(
+    dev_cluster: DevCluster, tmp_path: Path
+) -> None:
+    """At 1 MB, one round, 1 and 2 ranks, on a directory and on the test cluster's S3 server: every
+    measurement ran, for every target and world, and the report names each target met or missed."""
+    store = dev_cluster.object_store()
+    assert store is not None, "the test cluster has an object store"
+    run_documented(
+        "docs/performance.md",
+        'eval "$(.venv/bin/kubetrain dev object-store)"',
+        ".venv/bin/python benchmarks/checkpoint_io.py",
+        env={**os.environ, "COLUMNS": "200"},
+        replace={
+            "kubetrain dev object-store)": f"kubetrain dev object-store --state-dir {dev_cluster.state_dir})",
+            "checkpoint_io.py": f"checkpoint_io.py --sizes 1MB --ranks 1,2 --rounds 1 --results {tmp_path}",
+        },
+        timeout=600,
+    )
+    found = json.loads((tmp_path / "checkpoint_io.json").read_text())
+    runs = found["runs"]
+    assert [(r["target"], r["ranks"]) for r in runs] == [("volume", 1), ("volume", 2), ("s3", 1), ("s3", 2)]
+    every = {
+        "floor",
+        "save",
+        "save_async_blocked",
+        "save_async_commit",
+        "sharded",
+        "sharded_async_blocked",
+        "sharded_async_commit",
+        "load",
+        "load_sharded",
+    }
+    for run in runs:
+        assert run["size"] == 1_000_000 and run["bytes"] >= run["size"], run
+        assert len(run["rounds"]) == 1, run
+        expected = every | ({"floor_parallel"} if run["ranks"] > 1 else set())
+        assert set(run["median"]) == expected, (run["target"], run["ranks"], sorted(run["median"]))
+        assert all(seconds > 0 for seconds in run["median"].values()), run["median"]
+        assert {"save_vs_floor", "save_async_blocked_share", "sharded_speedup"} <= set(run["ratios"]), run
+    # 1 MB is below the async target's sizes, and no world of 4: only the commit targets apply
+    assert {t["target"] for t in found["targets"]} == {
+        "commit (sync save) <= 1.2x the raw write",
+        "commit (async save, save to committed) <= 1.2x the raw write",
+    }, found["targets"]
+    assert all(isinstance(t["met"], bool) for t in found["targets"])
+    report = (tmp_path / "checkpoint_io.md").read_text()
+    assert "## the S3 server" in report and "## Targets" in report, report
+    assert (tmp_path / "checkpoint_io.png").stat().st_size > 0
+    store_fs = fsspec.filesystem(
+        "s3",
+        key=store.access_key,
+        secret=store.secret_key,
+        endpoint_url=store.endpoint,
+        skip_instance_cache=True,
+    )
+    assert not store_fs.exists(f"{store.bucket}/checkpoint-bench/"), "the benchmark deleted what it wrote"
