@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes_asyncio import client, watch
 
 from kubetrain.api import kinds
@@ -49,6 +50,16 @@ def running_cluster_with(state_dir: str, *options: str) -> DevCluster | None:
     cluster = DevCluster(Path(state_dir).expanduser())
     state = cluster.load_state() if cluster.is_up() else None
     return cluster if state is not None and all(state.options.get(o) for o in options) else None
+
+
+def kubeconfig_of(admin: Path, token: str, target: Path) -> Path:
+    """``admin``'s kubeconfig with its user replaced by ``token`` (a ServiceAccount's), written to
+    ``target``: a controller run with only that account's RBAC."""
+    config = yaml.safe_load(admin.read_text())
+    config["users"] = [{"name": "controller", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "controller"
+    target.write_text(yaml.safe_dump(config))
+    return target
 
 
 def controller_command(namespace: str, *args: str, metrics_address: str = "0") -> list[str]:

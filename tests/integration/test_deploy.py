@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import run_documented
-from tests.support import Jobs, eventually, runs_for, training_runtime, trainjob
+from tests.support import Jobs, eventually, kubeconfig_of, runs_for, training_runtime, trainjob
 
 
 @pytest.fixture(scope="module")
@@ -225,11 +225,7 @@ async def test_the_controller_runs_with_only_its_own_rbac(
     caplog.set_level(logging.INFO, logger="kubetrain")  # a failure shows what the controller was doing
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "deploy" / "base" / "rbac.yaml"))
     token = kubectl("create", "token", "kubetrain-controller", "-n", controller_namespace).stdout.strip()
-    admin = yaml.safe_load(kubeconfig.read_text())
-    admin["users"] = [{"name": "controller", "user": {"token": token}}]
-    admin["contexts"][0]["context"]["user"] = "controller"
-    restricted = tmp_path / "controller.kubeconfig"
-    restricted.write_text(yaml.safe_dump(admin))
+    restricted = kubeconfig_of(kubeconfig, token, tmp_path / "controller.kubeconfig")
 
     options = Options(
         kubeconfig=str(restricted),

@@ -25,7 +25,7 @@ from kubernetes_asyncio import client
 from kubetrain.controller.main import Options, run
 from kubetrain.devcluster import build
 from tests.conftest import REPO, Kubectl
-from tests.support import Jobs, runs_for, training_runtime, trainjob
+from tests.support import Jobs, kubeconfig_of, runs_for, training_runtime, trainjob
 
 Obj = dict[str, Any]
 RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
@@ -277,11 +277,7 @@ async def test_the_controller_runs_a_jobs_lifecycle_with_only_the_namespaced_ins
     try:
         account = f"kubetrain-controller-{suffix}"
         token = kubectl("create", "token", account, "-n", jobs.namespace).stdout.strip()
-        config = yaml.safe_load(kubeconfig.read_text())
-        config["users"] = [{"name": "controller", "user": {"token": token}}]
-        config["contexts"][0]["context"]["user"] = "controller"
-        restricted = tmp_path / "controller.kubeconfig"
-        restricted.write_text(yaml.safe_dump(config))
+        restricted = kubeconfig_of(kubeconfig, token, tmp_path / "controller.kubeconfig")
         options = Options(
             kubeconfig=str(restricted),
             namespace=jobs.namespace,
