@@ -724,9 +724,7 @@ class CheckpointManager:
         self, step: int, fmt: str, payload: bytes, metrics: dict[str, Any] | None
     ) -> Checkpoint:
         """Write the serialised state into a temporary directory and publish it (``_publish_dir``)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
-        tmp.mkdir()
+        tmp = self._new_tmp_dir(step)
         try:
             _write(tmp / f"state.{fmt}", payload)
         except BaseException:
@@ -777,10 +775,15 @@ class CheckpointManager:
     # -- where a sharded save's ranks write (kubetrain.checkpoint_sharded drives them) -----------
     def _shards_prepare(self, step: int) -> str:
         """Rank 0: make the temporary directory all ranks write the step's shards into."""
+        return str(self._new_tmp_dir(step))
+
+    def _new_tmp_dir(self, step: int) -> Path:
+        """A new directory, named for this save's writer, that a checkpoint of ``step`` is written into
+        before it is published (``_publish_dir``)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".tmp-step-{step:08d}-{self._writer()}"
         tmp.mkdir()
-        return str(tmp)
+        return tmp
 
     def _shards_storage(self, place: str, *, write: bool) -> Any:
         """DCP's storage writer (or reader) for ``place``."""
@@ -967,8 +970,13 @@ class CheckpointManager:
 
             return load_sharded(self, checkpoint, state_dict)
         fmt = checkpoint.meta.get("format", "pt")
-        data = (checkpoint.path / f"state.{fmt}").read_bytes()
-        return deserialise(fmt, data, map_location=map_location, weights_only=weights_only)
+        return deserialise(
+            fmt, self._state_bytes(checkpoint, fmt), map_location=map_location, weights_only=weights_only
+        )
+
+    def _state_bytes(self, checkpoint: Checkpoint, fmt: str) -> bytes:
+        """The serialised state of a single-file checkpoint."""
+        return (checkpoint.path / f"state.{fmt}").read_bytes()
 
     @staticmethod
     def _is_sharded(checkpoint: Checkpoint) -> bool:

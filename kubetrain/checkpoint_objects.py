@@ -53,7 +53,6 @@ from kubetrain.checkpoint import (
     CheckpointManager,
     _digest,
     configured_location,
-    deserialise,
     fence_mark,
     fence_of,
     order_key,
@@ -235,7 +234,7 @@ class ObjectStoreCheckpointManager(CheckpointManager):
         manifest = {
             **self._meta(step, fmt, metrics),
             "world_size": int(os.environ.get("WORLD_SIZE") or 1),
-            "files": [{"name": name, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}],
+            "files": [_digest(name, [payload])],
         }
         return self._commit(step, step_prefix, writer, manifest)
 
@@ -355,25 +354,11 @@ class ObjectStoreCheckpointManager(CheckpointManager):
             return None
         return next((c for c in reversed(self.checkpoints()) if c.step == int(step[1])), None)
 
-    def load(
-        self,
-        checkpoint: Checkpoint,
-        *,
-        map_location: Any = None,
-        weights_only: bool = False,
-        state_dict: Any = None,
-    ) -> Any:
-        """The state of a committed checkpoint, its SHA-256 checked against the manifest; a sharded one
-        loaded into ``state_dict`` (``CheckpointManager.load``)."""
-        if self._is_sharded(checkpoint):
-            from kubetrain.checkpoint_sharded import load_sharded
-
-            return load_sharded(self, checkpoint, state_dict)
+    def _state_bytes(self, checkpoint: Checkpoint, fmt: str) -> bytes:
+        """A committed single-file checkpoint's state, its SHA-256 checked against the manifest."""
         [entry] = checkpoint.meta["files"]
         key = f"{_files_of(checkpoint)}{entry['name']}"
-        data = self.fs.cat_file(key)
+        data: bytes = self.fs.cat_file(key)
         if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise ValueError(f"{self._url(key)} does not match its commit's checksum: the object was changed")
-        return deserialise(
-            checkpoint.meta.get("format", "pt"), data, map_location=map_location, weights_only=weights_only
-        )
+        return data
