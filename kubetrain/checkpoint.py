@@ -701,7 +701,8 @@ class CheckpointManager:
                 self._in_flight.wait(timeout)
 
     def _surface_at_exit(self) -> None:
-        """At exit: let the save in flight finish; what it raised goes to stderr and into the report."""
+        """At exit: let the save in flight finish; what it raised goes to stderr and into the report.
+        Then release the background saves' process group (``_release_background_group``)."""
         try:
             self.wait()
         except BaseException as error:
@@ -709,6 +710,24 @@ class CheckpointManager:
             print(f"kubetrain.checkpoint: the background save failed: {message}", file=sys.stderr, flush=True)
             if self.error is None:
                 self.error = (message, "".join(traceback.format_exception(error))[-2048:])
+        finally:
+            self._release_background_group()
+
+    def _release_background_group(self) -> None:
+        """Destroy the process group this manager made for background saves, while the interpreter is
+        still whole. Why: this method runs from ``atexit``, which holds the manager, so the group would
+        otherwise outlive ``destroy_process_group()`` and be freed during interpreter finalisation, where
+        gloo's worker threads, releasing the tensors of its last collectives, need a GIL that no longer
+        exists: the process then aborts ("terminate called without an active exception", exit -6) after
+        a successful run."""
+        group, self._checkpoint_group = self._checkpoint_group, None
+        if group is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            with contextlib.suppress(ValueError, RuntimeError):  # already destroyed with every group
+                dist.destroy_process_group(group)
 
     def _background_group(self) -> Any:
         """The process group a background sharded save's collectives use (made on first use, by every

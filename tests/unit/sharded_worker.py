@@ -163,8 +163,11 @@ def crash_before_commit(rank: int, location: str, mesh: Any) -> None:
 
 def save_in_background(rank: int, location: str, mesh: Any) -> None:
     """FSDP2 state saved with blocking=False: staged before ``save`` returns, committed in the background
-    while the loop's own collectives go on, reported only once committed."""
+    while the loop's own collectives go on, reported only once committed. The process group made for the
+    background saves is gone before the interpreter's finalisation (else gloo may abort the exit)."""
+    import atexit
     import threading
+    import weakref
 
     import torch
     import torch.distributed as dist
@@ -181,7 +184,16 @@ def save_in_background(rank: int, location: str, mesh: Any) -> None:
         return real(step, place, manifest)
 
     ckpt._shards_commit = held  # type: ignore[method-assign]
+    groups: list[Any] = []
+
+    def background_group_released() -> None:  # registered first, so it runs after the manager's hook
+        if any(group() is not None for group in groups):
+            print("the background saves' process group outlived the exit hooks", flush=True)
+            os._exit(5)
+
+    atexit.register(background_group_released)
     assert ckpt.save({"model": sharded.state_dict()}, 10, blocking=False) is None
+    groups.append(weakref.ref(ckpt._checkpoint_group))
     with torch.no_grad():  # the loop goes on at once: the checkpoint must keep the state as it was
         for parameter in sharded.parameters():
             parameter.add_(1)
