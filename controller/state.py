@@ -2,7 +2,7 @@
 
 The Kubeflow Trainer v2 plugin idea, in Python: one build-state object per
 reconcile (a v1 job's ``frameworks.base.JobInfo``, a TrainJob's
-``trainer.state.TrainJobInfo``), read by plugins that each do one thing and
+``kubetrain.trainjob.state.TrainJobInfo``), read by plugins that each do one thing and
 never call each other. ``JobView`` is what both kinds of build state offer;
 a ``PodPlugin`` (checkpoint env, GPU tolerations, gang scheduling, the
 master-wait init container) decorates every pod of either kind through it.
@@ -10,73 +10,11 @@ master-wait init container) decorates every pod of either kind through it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-Obj = dict[str, Any]
-EnvVar = dict[str, Any]
+from kubetrain.api.objects import EnvVar, JobIdentity, Obj, Replica, section
 
-
-def section(obj: Obj, key: str) -> Obj:
-    """The object under ``key``: ``{}`` where it is absent or null, as the API server treats both."""
-    found: Obj = obj.get(key) or {}
-    return found
-
-
-@dataclass
-class Replica:
-    """One replica type of a job (a replicated job of a TrainJob), with defaults applied.
-
-    ``template`` is the job's own pod template, shared with the cache: read it, never change it;
-    the build state hands out a private, defaulted copy for building a pod.
-    """
-
-    rtype: str
-    replicas: int
-    restart_policy: str
-    template: Obj
-
-
-@dataclass
-class JobIdentity:
-    """A job object, read the way its children need it: names, spec, annotations, owner reference.
-
-    The base of the build state of every kind.
-    """
-
-    job: Obj
-
-    @property
-    def name(self) -> str:
-        return str(self.job["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.job["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.job["metadata"]["uid"])
-
-    @property
-    def spec(self) -> Obj:
-        return section(self.job, "spec")
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        annotations: dict[str, str] = self.job["metadata"].get("annotations") or {}
-        return annotations
-
-    def owner_reference(self) -> Obj:
-        """The reference that makes the job the controller of a child (deleted with it)."""
-        return {
-            "apiVersion": self.job["apiVersion"],
-            "kind": self.job["kind"],
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+__all__ = ["EnvVar", "JobIdentity", "JobView", "Obj", "PodPlugin", "Replica", "section"]
 
 
 class JobView(Protocol):

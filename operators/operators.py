@@ -44,19 +44,19 @@ from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, v1_k
 from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
 from kubetrain.client.builders import JobSpec
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
-from kubetrain.controller.trainer import build as trainjob_runtime
-from kubetrain.controller.trainer.outputs import (
-    ClaimMount,
-    claim_mounts,
-    output_deleted_with_job,
-    output_paths,
-)
-from kubetrain.controller.trainer.state import BuildError
 from kubetrain.operators import templating
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
 from kubetrain.operators.links import TrainingJobLink
 from kubetrain.operators.triggers import JobTrigger, status_line
+from kubetrain.trainjob import build as trainjob_runtime
+from kubetrain.trainjob.outputs import (
+    ClaimMount,
+    claim_mounts,
+    output_deleted_with_job,
+    output_paths,
+)
+from kubetrain.trainjob.state import BuildError
 
 Obj = dict[str, Any]
 ON_FINISH = ("delete", "delete_succeeded", "keep")

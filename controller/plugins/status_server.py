@@ -19,7 +19,7 @@ from kubetrain.api.kinds import job_kind
 from kubetrain.controller.frameworks.base import env_value
 from kubetrain.controller.state import JobIdentity, JobView, Obj
 from kubetrain.controller.statusserver.authz import status_path
-from kubetrain.controller.trainer.state import TrainJobInfo
+from kubetrain.trainjob.state import TrainJobInfo
 
 
 def tls_config_name(job_name: str) -> str:

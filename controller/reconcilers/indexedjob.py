@@ -39,7 +39,7 @@ from kubetrain.api import v2
 from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code
 from kubetrain.controller.reconcilers.skeleton import parse_time
 from kubetrain.controller.state import Obj
-from kubetrain.controller.trainer.state import DEFAULT_BACKOFF_LIMIT, NODE, PodSet
+from kubetrain.trainjob.state import DEFAULT_BACKOFF_LIMIT, NODE, PodSet
 
 # The reasons a failed Job gives, as the Job controller words them (JobSet's rules match on these).
 BACKOFF_LIMIT_EXCEEDED, DEADLINE_EXCEEDED, FAILED_INDEXES, MAX_FAILED_INDEXES_EXCEEDED, POD_FAILURE_POLICY = (

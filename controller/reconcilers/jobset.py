@@ -53,8 +53,8 @@ from kubetrain.controller.reconcilers.indexedjob import (
 from kubetrain.controller.reconcilers.observe import restart_count
 from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339
 from kubetrain.controller.state import Obj, PodPlugin, section
-from kubetrain.controller.trainer.policies.common import completion_index_env
-from kubetrain.controller.trainer.state import PodSet, TrainJobInfo
+from kubetrain.trainjob.policies.common import completion_index_env
+from kubetrain.trainjob.state import PodSet, TrainJobInfo
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 

@@ -12,7 +12,7 @@ between three reconcile loops. One pass, level-triggered, reading caches:
    it exists (so editing or deleting a runtime never changes a running job),
    else the live runtime, which is then snapshotted; a runtime that does not
    exist yet is waited for, with a ``Created=False`` condition saying so;
-4. build the pod sets (``trainer.build``) and let the ML policy wire them;
+4. build the pod sets (``kubetrain.trainjob.build``) and let the ML policy wire them;
    a TrainJob that cannot be built (``BuildError``) fails with that message;
 5. suspended: delete the pods; resumed: restart the deadline clock;
 6. past ``spec.activeDeadlineSeconds``: Failed, reason ``DeadlineExceeded``;
@@ -71,14 +71,14 @@ from kubetrain.controller.reconcilers.writes import (
     require_ours,
 )
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
-from kubetrain.controller.trainer.build import build, retained_claim_of
-from kubetrain.controller.trainer.outputs import outputs_at_risk
-from kubetrain.controller.trainer.state import NODE, BuildError, Extra, TrainJobInfo
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer
 from kubetrain.kube.resources import CONFIGMAPS, PODS, PVCS, SECRETS, SERVICES
 from kubetrain.kube.runner import Result, RetryLaterError
+from kubetrain.trainjob.build import build, retained_claim_of
+from kubetrain.trainjob.outputs import outputs_at_risk
+from kubetrain.trainjob.state import NODE, BuildError, Extra, TrainJobInfo
 
 log = logging.getLogger("kubetrain.controller")
 

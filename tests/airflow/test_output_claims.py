@@ -18,15 +18,15 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from kubetrain.controller.trainer.outputs import (
+from kubetrain.operators import TrainJobOperator
+from kubetrain.operators.compat import AirflowException
+from kubetrain.operators.operators import trainer_claim_mounts
+from kubetrain.trainjob.outputs import (
     ClaimMount,
     holding_claim,
     output_deleted_with_job,
     output_paths,
 )
-from kubetrain.operators import TrainJobOperator
-from kubetrain.operators.compat import AirflowException
-from kubetrain.operators.operators import trainer_claim_mounts
 from tests.airflow import support
 from tests.support import Jobs, claims_runtime, eventually, trainjob
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.trainer.build import build
-from kubetrain.controller.trainer.state import TrainJobInfo
 from kubetrain.kube.resources import PVCS
+from kubetrain.trainjob.build import build
+from kubetrain.trainjob.state import TrainJobInfo
 
 RUNTIMES = Path(__file__).resolve().parents[2] / "deploy" / "runtimes"
 SHIPPED = sorted(p.stem for p in RUNTIMES.glob("*.yaml") if p.stem != "kustomization")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.trainer.build import build
+from kubetrain.trainjob.build import build
 
 RUNTIMES = Path(__file__).resolve().parents[2] / "deploy" / "runtimes"
 SHIPPED = sorted(p.stem for p in RUNTIMES.glob("*.yaml") if p.stem != "kustomization")

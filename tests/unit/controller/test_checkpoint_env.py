@@ -18,7 +18,7 @@ from kubetrain.controller.frameworks.base import job_info
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.reconcilers import children, jobset
 from kubetrain.controller.reconcilers.indexedjob import ChildJob
-from kubetrain.controller.trainer.build import build
+from kubetrain.trainjob.build import build
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 OPTED_IN = {"kubetrain.dev/checkpoint-dir": "/checkpoints", "kubetrain.dev/attempt": "2"}

@@ -14,8 +14,8 @@ import yaml
 
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.reconcilers.indexedjob import ChildJob
-from kubetrain.controller.trainer.build import build
-from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
+from kubetrain.trainjob.build import build
+from kubetrain.trainjob.state import BuildError, TrainJobInfo
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"
 NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)

@@ -32,8 +32,8 @@ from kubetrain.controller.statusserver.authz import (
 )
 from kubetrain.controller.statusserver.server import StatusServer, job_patch, parse_report
 from kubetrain.controller.statusserver.tls import self_signed
-from kubetrain.controller.trainer.build import build
 from kubetrain.kube import errors
+from kubetrain.trainjob.build import build
 
 pytestmark = pytest.mark.unit
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"

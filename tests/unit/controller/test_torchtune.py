@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.trainer.build import build
-from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
+from kubetrain.trainjob.build import build
+from kubetrain.trainjob.state import BuildError, TrainJobInfo
 from tests.support import TORCHTUNE_SDK
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"

@@ -13,8 +13,8 @@ from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.reconcilers import jobset
 from kubetrain.controller.reconcilers.indexedjob import ChildJob
-from kubetrain.controller.trainer.build import build
-from kubetrain.controller.trainer.state import BuildError, TrainJobInfo
+from kubetrain.trainjob.build import build
+from kubetrain.trainjob.state import BuildError, TrainJobInfo
 from tests.support import runtime_patch
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"

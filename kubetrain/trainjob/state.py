@@ -1,7 +1,7 @@
 """The build state of one TrainJob reconcile: its pod sets, worked out from the runtime.
 
-``TrainJobInfo`` is what ``trainer.build`` produces and the ML policies
-(``trainer.policies``) and pod plugins (``controller.plugins``) read and
+``TrainJobInfo`` is what ``trainjob.build`` produces and the ML policies
+(``trainjob.policies``) and pod plugins (``controller.plugins``) read and
 extend; a ``PodSet`` is one replicated job of the runtime's JobSet template.
 Kept apart from the build so the policies and the build import it, not each
 other.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
-from kubetrain.controller.state import JobIdentity, Obj, Replica, section
+from kubetrain.api.objects import JobIdentity, Obj, Replica, section
 from kubetrain.kube.resources import Resource
 
 TRAINER = "trainer"

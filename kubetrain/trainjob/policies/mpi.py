@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import base64
 
-from kubetrain.controller.state import Obj
-from kubetrain.controller.trainer.policies.common import gpus_per_node, node_resources
-from kubetrain.controller.trainer.state import NODE, Extra, PodSet, TrainJobInfo
+from kubetrain.api.objects import Obj
 from kubetrain.kube.resources import CONFIGMAPS, SECRETS
 from kubetrain.kube.strategic import upsert_env
+from kubetrain.trainjob.policies.common import gpus_per_node, node_resources
+from kubetrain.trainjob.state import NODE, Extra, PodSet, TrainJobInfo
 
 HOSTFILE_DIR = "/etc/mpi"
 

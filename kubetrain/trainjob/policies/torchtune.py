@@ -23,8 +23,8 @@ TrainJob at build time with the same rules, each naming its field.
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.controller.trainer.policies.common import PORT
-from kubetrain.controller.trainer.state import NODE, TRAINER, BuildError, PodSet, TrainJobInfo
+from kubetrain.trainjob.policies.common import PORT
+from kubetrain.trainjob.state import NODE, TRAINER, BuildError, PodSet, TrainJobInfo
 
 ENTRYPOINT = ["tune", "run"]
 RENDEZVOUS_ARG = "--rdzv_endpoint"

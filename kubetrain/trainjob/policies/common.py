@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain import naming, quantity
-from kubetrain.controller.state import Obj
-from kubetrain.controller.trainer.state import NODE, BuildError, PodSet, TrainJobInfo
+from kubetrain.api.objects import Obj
+from kubetrain.trainjob.state import NODE, BuildError, PodSet, TrainJobInfo
 
 PORT = 29500
 

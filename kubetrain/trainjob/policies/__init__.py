@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kubetrain.controller.trainer.policies.mpi import MPI
-from kubetrain.controller.trainer.policies.rendezvous import Jax, Torch, XGBoost
-from kubetrain.controller.trainer.state import TrainJobInfo
+from kubetrain.trainjob.policies.mpi import MPI
+from kubetrain.trainjob.policies.rendezvous import Jax, Torch, XGBoost
+from kubetrain.trainjob.state import TrainJobInfo
 
 
 class MLPolicy(Protocol):

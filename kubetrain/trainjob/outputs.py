@@ -5,7 +5,7 @@ A runtime's ``volumeClaimPolicies`` make claims the TrainJob owns (deleted with 
 a claim loses them when a TTL deletes the TrainJob (or the runtime's JobSet TTL deletes what the JobSet
 owns). The Airflow operator refuses such a TTL or ``on_finish_action`` before it submits; the
 controller holds the deletion whichever way the TrainJob came (kubectl, the CLI, KFP). Both decide
-with these functions, which read the build (``trainer.build``) and do no I/O.
+with these functions, which read the build (``kubetrain.trainjob.build``) and do no I/O.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubetrain import naming
+from kubetrain.api.objects import Obj
 from kubetrain.client import kinds
-from kubetrain.controller.state import Obj
-from kubetrain.controller.trainer.state import TrainJobInfo
 from kubetrain.kube.resources import PVCS
+from kubetrain.trainjob.state import TrainJobInfo
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ what differs is one method, ``env``. The names and values are upstream's.
 
 from __future__ import annotations
 
-from kubetrain.controller.state import EnvVar, Obj
-from kubetrain.controller.trainer.policies import torchtune
-from kubetrain.controller.trainer.policies.common import (
+from kubetrain.api.objects import EnvVar, Obj
+from kubetrain.kube.strategic import upsert_env
+from kubetrain.trainjob.policies import torchtune
+from kubetrain.trainjob.policies.common import (
     PORT,
     add_port,
     completion_index_env,
@@ -18,8 +19,7 @@ from kubetrain.controller.trainer.policies.common import (
     node_resources,
     trainer_container,
 )
-from kubetrain.controller.trainer.state import BuildError, PodSet, TrainJobInfo
-from kubetrain.kube.strategic import upsert_env
+from kubetrain.trainjob.state import BuildError, PodSet, TrainJobInfo
 
 
 class Rendezvous:

@@ -2,7 +2,7 @@
 
 A TrainJob names a runtime whose template is a JobSet: replicated jobs, each an
 Indexed Job of pods. kubetrain runs no JobSet or Job controller; this module
-turns TrainJob + runtime into ``PodSet``s (``trainer.state``) (one per replicated job, in the
+turns TrainJob + runtime into ``PodSet``s (``trainjob.state``) (one per replicated job, in the
 runtime's order) the way upstream's pipeline does before it writes a JobSet:
 
 1. start from the runtime's JobSet spec and merge the ``runtimePatches`` (v2.2+)
@@ -11,7 +11,7 @@ runtime's order) the way upstream's pipeline does before it writes a JobSet:
    their start (``dependsOn``, or JobSet's ``startupPolicy: InOrder``);
 3. apply the TrainJob's trainer (image, command, args, env, resources per node)
    and initializer settings to their containers;
-4. let the ML policy (``trainer.policies``) add the env that wires ranks together.
+4. let the ML policy (``trainjob.policies``) add the env that wires ranks together.
 
 Everything is pure: the reconciler builds pods from the result. Errors a user
 must fix are ``BuildError``s whose message names the field.
@@ -25,9 +25,11 @@ import itertools
 
 from kubetrain import naming
 from kubetrain.api import v2
-from kubetrain.controller.state import Obj
-from kubetrain.controller.trainer import policies
-from kubetrain.controller.trainer.state import (
+from kubetrain.api.objects import Obj
+from kubetrain.kube.resources import PVCS
+from kubetrain.kube.strategic import merge, upsert_env
+from kubetrain.trainjob import policies
+from kubetrain.trainjob.state import (
     DATASET_INITIALIZER,
     MODEL_INITIALIZER,
     NODE,
@@ -37,8 +39,6 @@ from kubetrain.controller.trainer.state import (
     PodSet,
     TrainJobInfo,
 )
-from kubetrain.kube.resources import PVCS
-from kubetrain.kube.strategic import merge, upsert_env
 
 
 def resolve_patches(job: Obj, runtime: Obj) -> Obj:
