@@ -22,6 +22,7 @@ quiet is at most 1.5); in abused runs, the requests sent, how they were answered
 allows over the window.
 
 Usage: python benchmarks/status_server_abuse.py [--jobs 50 --random-tokens 2000 --rounds 2]
+[--modes quiet,elsewhere,abused] (a subset of the modes reports only the ratios it allows).
 Results go to benchmarks/results/status_server_abuse.{json,md,png}.
 """
 
@@ -311,10 +312,15 @@ RATIOS = {
 }
 
 
-def summary(runs: list[Run]) -> dict[str, Any]:
+def ratios(modes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """The ratios the measured modes allow."""
+    return {name: pair for name, pair in RATIOS.items() if set(pair) <= set(modes)}
+
+
+def summary(runs: list[Run], modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """Each figure's median per mode, and its ratios: the median over rounds of the ratio within each
     round (a round's runs see the machine alike; rounds differ a lot)."""
-    rounds = [runs[i : i + len(MODES)] for i in range(0, len(runs) - len(MODES) + 1, len(MODES))]
+    rounds = [runs[i : i + len(modes)] for i in range(0, len(runs) - len(modes) + 1, len(modes))]
     figures: dict[str, dict[str, float]] = {}
     for name, what in (
         ("p50 latency (s)", lambda r: percentile(r.latencies, 0.5)),
@@ -322,9 +328,9 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         ("makespan (s)", lambda r: r.makespan),
     ):
         values: dict[str, float] = {
-            mode: statistics.median(what(r) for r in runs if r.mode == mode) for mode in MODES
+            mode: statistics.median(what(r) for r in runs if r.mode == mode) for mode in modes
         }
-        for ratio, (top, bottom) in RATIOS.items():
+        for ratio, (top, bottom) in ratios(modes).items():
             paired = []
             for group in rounds:
                 by_mode = {r.mode: what(r) for r in group}
@@ -336,6 +342,7 @@ def summary(runs: list[Run]) -> dict[str, Any]:
     for r in abused:
         answers.update(r.answers)
     return {
+        "modes": list(modes),
         "figures": figures,
         "answers": dict(sorted(answers.items())),
         "token_reviews": [r.token_reviews for r in abused],
@@ -344,14 +351,16 @@ def summary(runs: list[Run]) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any], jobs: int, rounds: int) -> str:
+    modes = tuple(result["modes"])
+    shown = ratios(modes)
     lines = [
         f"# Status server under abuse: {jobs} jobs, {rounds} rounds, the modes in turn (reversed every other round), median per mode",
         "",
-        "| figure | " + " | ".join(MODES) + " | " + " | ".join(RATIOS) + " |",
-        "|---" * (1 + len(MODES) + len(RATIOS)) + "|",
+        "| figure | " + " | ".join((*modes, *shown)) + " |",
+        "|---" * (1 + len(modes) + len(shown)) + "|",
     ]
     for name, values in result["figures"].items():
-        cells = [f"{values[key]:.2f}" for key in (*MODES, *RATIOS)]
+        cells = [f"{values[key]:.2f}" for key in (*modes, *shown)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Ratios: the median over rounds of the ratio within each round."]
     lines += [
@@ -374,7 +383,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     names = list(result["figures"])
     fig, ax = plt.subplots(figsize=(8, 3.5))
     y = range(len(names))
-    for k, mode in enumerate(MODES):
+    for k, mode in enumerate(result["modes"]):
         offsets = [i + (k - 1) * 0.27 for i in y]
         ax.barh(offsets, [result["figures"][n][mode] for n in names], height=0.27, label=mode)
     ax.set_yticks(list(y), names)
@@ -392,10 +401,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     kubeconfig = Path(args.kubeconfig)
     kube = await KubeClient.from_kubeconfig(str(kubeconfig))
+    modes = tuple(mode for mode in MODES if mode in args.modes.split(","))
     runs: list[Run] = []
     try:
         for round_ in range(args.rounds):
-            for mode in MODES if round_ % 2 == 0 else tuple(reversed(MODES)):
+            for mode in modes if round_ % 2 == 0 else tuple(reversed(modes)):
                 run = await measure(kube, kubeconfig, args.jobs, args.random_tokens, mode)
                 print(
                     f"round {round_ + 1} {mode}: p50 {percentile(run.latencies, 0.5):.2f}s makespan {run.makespan:.2f}s {run.answers}",
@@ -404,7 +414,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 runs.append(run)
     finally:
         await kube.close()
-    result = summary(runs)
+    result = summary(runs, modes)
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     (results / "status_server_abuse.json").write_text(
@@ -426,11 +436,18 @@ def main() -> None:
     parser.add_argument(
         "--random-tokens", type=int, default=2000, help="requests with random tokens per abused run"
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="which runs of a round, comma-separated (ratios need both of their modes)",
+    )
     parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--flood", help=argparse.SUPPRESS)  # the abuser process
     parser.add_argument("--token", help=argparse.SUPPRESS)
     parser.add_argument("--stop-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if unknown := set(args.modes.split(",")) - set(MODES):
+        parser.error(f"--modes: {', '.join(sorted(unknown))} is not a mode; choose from {', '.join(MODES)}")
     if args.flood:
         print(
             json.dumps(asyncio.run(flood(args.flood, args.token, args.random_tokens, Path(args.stop_file))))
