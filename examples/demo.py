@@ -1,11 +1,14 @@
 """The demo (``make demo``): training from Airflow and Kubeflow Pipelines on a local cluster.
 
-1. build the control plane (once) and start the local cluster with its process node;
+1. build the control plane (once) and start the local cluster with its process node and its S3
+   server;
 2. install the CRDs and a TrainingRuntime for the process node, and start the controller;
 3. Airflow (``airflow dags test retry_with_resume``): a PyTorchJob whose first try fails
-   mid-training; Airflow retries the task and the retry resumes from the last checkpoint;
+   mid-training; Airflow retries the task and the retry resumes from the last checkpoint (on a
+   shared volume);
 4. Kubeflow Pipelines (``examples/kfp_pipeline.py``, run with kfp.local): a PyTorchJob, then a
-   TrainJob that continues from its checkpoint, then an evaluation step;
+   TrainJob that continues from its checkpoint, then an evaluation step; both keep their
+   checkpoints in the S3 server, as training on a cloud cluster does;
 5. a summary of every job and a training-curve PNG in ``demo-output/``.
 
 Airflow and KFP cannot share one environment (their ``kubernetes`` pins conflict), so each step runs
@@ -38,7 +41,11 @@ REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "demo-output"
 NAMESPACE = "kubetrain-demo"
 STEPS = 5
-CLAIMS = ("retry-with-resume", "kfp-digits-checkpoints")
+# The claim the Airflow DAG's attempts share for checkpoints; the KFP pipeline's jobs keep theirs in
+# the object store, under CHECKPOINTS, with the credentials in the Secret OBJECT_STORE_SECRET.
+CLAIMS = ("retry-with-resume",)
+OBJECT_STORE_SECRET = "object-store"
+CHECKPOINTS = f"kubetrain/{NAMESPACE}"
 TRAINING_LINE = re.compile(r"\[rank 0\] training step=(\d+) loss=([0-9.]+)")
 console = Console() if sys.stdout.isatty() else Console(width=120)
 
@@ -55,7 +62,7 @@ def start_cluster() -> DevCluster:
     step(1, "Local cluster: etcd, API server, scheduler, controller manager, kwok and the process node")
     build.build(console=console)
     cluster = DevCluster(paths.default_state_dir())
-    cluster.up(ClusterOptions(workdir=str(REPO)), console=console)
+    cluster.up(ClusterOptions(workdir=str(REPO), object_store=True), console=console)
     return cluster
 
 
@@ -65,12 +72,21 @@ def start_controller(cluster: DevCluster) -> None:
 
 
 def prepare_namespace(cluster: DevCluster) -> None:
-    """A fresh demo namespace with the claims the jobs checkpoint to, and the process-node runtime."""
+    """A fresh demo namespace with the claim and the object store Secret the jobs checkpoint to, and
+    the process-node runtime; the previous run's checkpoints are removed, so the jobs start from zero."""
+    store = cluster.object_store()
+    if store is None:
+        raise DemoError(
+            "the local cluster runs without its S3 server (it was started before the demo needed one): "
+            "stop it with `make demo-down` and run `make demo` again"
+        )
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "examples" / "trainjob-runtime-local.yaml"))
     if cluster.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").strip():
         with console.status("removing the previous demo run"):
             cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
+    remove_checkpoints(store.env())
     cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(store.secret(OBJECT_STORE_SECRET, NAMESPACE)))
     claims = [
         {
             "apiVersion": "v1",
@@ -84,8 +100,25 @@ def prepare_namespace(cluster: DevCluster) -> None:
         "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": claims})
     )
     console.print(
-        f"  [green]✓[/] namespace {NAMESPACE}, claims {', '.join(CLAIMS)}, runtime torch-distributed-local"
+        f"  [green]✓[/] namespace {NAMESPACE}, claim {', '.join(CLAIMS)}, Secret {OBJECT_STORE_SECRET} "
+        f"for s3://{CHECKPOINTS}/, runtime torch-distributed-local"
     )
+
+
+def remove_checkpoints(env: dict[str, str]) -> None:
+    """Delete what an earlier demo run left under ``CHECKPOINTS`` in the object store."""
+    import fsspec
+
+    fs = fsspec.filesystem(
+        "s3",
+        key=env["AWS_ACCESS_KEY_ID"],
+        secret=env["AWS_SECRET_ACCESS_KEY"],
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        client_kwargs={"region_name": env["AWS_DEFAULT_REGION"]},
+        skip_instance_cache=True,
+    )
+    if fs.exists(CHECKPOINTS):
+        fs.rm(CHECKPOINTS, recursive=True)
 
 
 def run_streaming(

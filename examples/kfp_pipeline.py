@@ -3,9 +3,12 @@
     python examples/kfp_pipeline.py compile digits.yaml   # the pipeline for a KFP installation
     python examples/kfp_pipeline.py run                    # run it here with kfp.local, on the dev cluster
 
-Both jobs write checkpoints to one claim (create it first; examples/kfp-checkpoints.yaml does). The
-TrainJob starts from the PyTorchJob's last checkpoint (``resume_from``) and trains on. The evaluation
-step reads both jobs' Metrics and fails the run when accuracy got worse or stayed too low.
+Both jobs keep their checkpoints in one object-store location (``checkpoint_dir``, an ``s3://`` URL),
+with the credentials in the Secret ``checkpoint_secret`` names: on the dev cluster (started with
+``--object-store``) ``kubetrain dev object-store --secret object-store`` makes it. For a shared volume
+instead, pass a path as ``checkpoint_dir`` and the claim as ``checkpoint_volume``. The TrainJob starts
+from the PyTorchJob's last checkpoint (``resume_from``) and trains on. The evaluation step reads both
+jobs' Metrics and fails the run when accuracy got worse or stayed too low.
 
 The step counts are strings: KFP hands integer parameters to f-strings as numbers ("60.0").
 
@@ -43,17 +46,20 @@ def evaluate(first: Input[Metrics], second: Input[Metrics], min_accuracy: float)
 @dsl.pipeline(name="digits-pytorchjob-then-trainjob")
 def digits_pipeline(
     namespace: str = "default",
-    checkpoint_volume: str = "kfp-digits-checkpoints",
+    checkpoint_dir: str = "s3://kubetrain/kfp-digits",
+    checkpoint_secret: str = "object-store",
+    checkpoint_volume: str = "",
     runtime: str = "torch-distributed-local",
     first_steps: str = "60",
     total_steps: str = "120",
     min_accuracy: float = 0.5,
     wait_timeout: float = 3600.0,
 ) -> None:
-    both = {  # the two steps' jobs run the same image and checkpoint to the same claim
+    both = {  # the two steps' jobs run the same image and checkpoint to the same location
         "namespace": namespace,
         "image": IMAGE,
-        "checkpoint_dir": "/checkpoints",
+        "checkpoint_dir": checkpoint_dir,
+        "checkpoint_secret": checkpoint_secret,
         "checkpoint_volume": checkpoint_volume,
         "ttl_seconds_after_finished": 3600,
         "wait_timeout": wait_timeout,
@@ -88,7 +94,8 @@ def main() -> None:
         local.init(
             runner=local.SubprocessRunner(use_venv=False), pipeline_root=os.path.join(REPO, "build", "kfp")
         )
-        digits_pipeline(namespace=os.environ.get("KUBETRAIN_NAMESPACE", "default"))
+        namespace = os.environ.get("KUBETRAIN_NAMESPACE", "default")
+        digits_pipeline(namespace=namespace, checkpoint_dir=f"s3://kubetrain/{namespace}/kfp-digits")
     else:
         sys.exit(__doc__)
 

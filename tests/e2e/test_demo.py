@@ -65,6 +65,13 @@ def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(
     trainjob = next(j for j in found.values() if j["kind"] == "TrainJob")
     assert kinds.state(trainjob) == "Succeeded"
     assert kinds.report(trainjob)["resumed_from_step"] == 60, "the TrainJob continued from the PyTorchJob"
+    # the KFP part keeps its checkpoints in the cluster's S3 server
+    location = "s3://kubetrain/kubetrain-demo/kfp-digits"
+    kfp_jobs = [j for name, j in found.items() if name.startswith("digits-")]
+    assert sorted(kinds.report(j)["last_checkpoint"] for j in kfp_jobs) == [
+        f"{location}/step-00000060",
+        f"{location}/step-00000120",
+    ], [kinds.report(j) for j in kfp_jobs]
 
     # Then the quickstart's "look around", as written, on the jobs the demo made.
     kfp_pytorchjob = next(name for name in found if name.startswith("digits-pytorchjob-"))

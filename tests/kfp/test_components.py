@@ -30,6 +30,7 @@ from kubetrain.client.errors import InvalidJobError, JobFailedError
 from kubetrain.components import compile as compile_components
 from kubetrain.components.launch import LaunchRequest, launch
 from kubetrain.components.launchers import pytorchjob_launcher, trainjob_launcher
+from kubetrain.devcluster.cluster import DevCluster
 from tests.conftest import REPO, Kubectl
 from tests.docs_commands import python_blocks, run_documented
 from tests.support import pytorchjob, runs_for
@@ -166,13 +167,26 @@ def test_bad_inputs_are_rejected_naming_the_input(kfp_env: Path, namespace: str)
 
 
 def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_checkpoint(
-    kfp_env: Path, shell: dict[str, str], namespace: str, jobs: JobClient
+    kfp_env: Path, shell: dict[str, str], namespace: str, jobs: JobClient, dev_cluster: DevCluster
 ) -> None:
-    run_documented("docs/kfp.md", "kubectl apply -f examples/trainjob-runtime-local.yaml", env=shell)
+    """Both jobs keep their checkpoints in the test cluster's S3 server; the TrainJob resumes from the
+    PyTorchJob's last one."""
+    run_documented(
+        "docs/kfp.md",
+        "kubectl apply -f examples/trainjob-runtime-local.yaml",
+        ".venv/bin/kubetrain dev object-store --secret",
+        env=shell,
+        replace={"-n default": f"-n {namespace} --state-dir {dev_cluster.state_dir}"},
+    )
     pipeline = _example_pipeline()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_env / "outputs"))
+    location = f"s3://kubetrain/{namespace}/kfp-digits"
     run = pipeline.digits_pipeline(
-        namespace=namespace, first_steps="40", total_steps="80", wait_timeout=300.0
+        namespace=namespace,
+        checkpoint_dir=location,
+        first_steps="40",
+        total_steps="80",
+        wait_timeout=300.0,
     )
     assert run is not None
     (first,) = jobs.list(kind="PyTorchJob", namespace=namespace)
@@ -181,6 +195,8 @@ def test_the_example_pipeline_trains_a_pytorchjob_then_a_trainjob_from_its_check
     second_report = JobClient.report(second)
     assert first_report["step"] == 40 and second_report["step"] == 80
     assert second_report["resumed_from_step"] == 40, "the TrainJob continued from the PyTorchJob's checkpoint"
+    assert first_report["last_checkpoint"] == f"{location}/step-00000040", first_report
+    assert second_report["last_checkpoint"] == f"{location}/step-00000080", second_report
     assert second_report["metrics"]["accuracy"] > 0.5
 
 
