@@ -175,8 +175,8 @@ def test_the_env_reference_names_every_variable_kubetrain_sets_or_reads() -> Non
     used = {name for p in sources for name in re.findall(r"\bKUBETRAIN_[A-Z0-9_]+", p.read_text())}
     framework = {
         name
-        for folder in ("frameworks", "trainer", "plugins")
-        for p in (REPO / "controller" / folder).rglob("*.py")
+        for folder in ("controller/frameworks", "kubetrain/trainjob", "controller/plugins")
+        for p in (REPO / folder).rglob("*.py")
         for name in re.findall(r'(?:env_value\(|"name": |_env\()"([A-Z][A-Z0-9_]+)"', p.read_text())
     }
     missing = sorted(name for name in used | framework if f"`{name}" not in page)
