@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NotRequired, Protocol, TypedDict, Unpack
+from typing import NotRequired, Protocol, TypedDict, TypeVar, Unpack
 
 from kubetrain import naming
 from kubetrain.controller import metrics
@@ -30,7 +30,7 @@ from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
-from kubetrain.controller.reconcilers.writes import ChildWriter, Rejections
+from kubetrain.controller.reconcilers.writes import ChildRejectedError, ChildWriter, Rejections
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
@@ -38,7 +38,7 @@ from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler, Informer
 from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import Resource
-from kubetrain.kube.runner import Result
+from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -128,6 +128,16 @@ class Ending(Protocol):
 
     @property
     def message(self) -> str: ...
+
+
+class Decided(Protocol):
+    """What a kind's decision of a pass holds that the shared writes read."""
+
+    status: Obj  # the status to write
+    requeue_after: float | None
+
+
+DecisionT = TypeVar("DecisionT", bound=Decided)
 
 
 class Shared(TypedDict):
@@ -267,6 +277,28 @@ class JobReconciler:
         noun, success = self.finish_words
         log.info("%s %s %s: %s", noun, ctx.key, success if ending.succeeded else "failed", ending.message)
         await clean_up()
+
+    async def reject(
+        self,
+        ctx: Pass,
+        rejected: ChildRejectedError,
+        decide: Callable[[bool], DecisionT],
+        finish: Callable[[Pass, DecisionT], Awaitable[None]],
+    ) -> Result:
+        """A child the API server will not take: fail the job, or say why while trying again.
+
+        ``decide(fails_job)`` is the kind's decision on it, from the status written so far in the pass
+        (``ctx.status``); a job that fails is finished by ``finish``, terminal status first."""
+        fails = self.rejections.fails_job(ctx.key, rejected)
+        after = decide(fails)
+        if fails:
+            ctx.status = after.status
+            await finish(ctx, after)
+            return Result(after.requeue_after)
+        if rejected.fail_after is None and after.status != ctx.status:
+            ctx.status = after.status
+            await self.write_status(ctx)
+        raise RetryLaterError(str(rejected))
 
     async def delete_expired(self, ctx: Pass, framework: str, message: str) -> None:
         """Delete a finished job whose TTL has passed (its children go with it, by owner reference)."""

@@ -316,16 +316,11 @@ class TrainJobReconciler(JobReconciler):
 
     async def _rejected(self, ctx: Pass, d: Decision, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the TrainJob, or say why while trying again."""
-        fails = self.rejections.fails_job(ctx.key, rejected)
-        after = on_rejection(d, ctx.status, rejected.reason, str(rejected), fails_job=fails)
-        if fails:
-            ctx.status = after.status
-            await self._finish(ctx, after)
-            return Result(after.requeue_after)
-        if rejected.fail_after is None and after.status != ctx.status:
-            ctx.status = after.status
-            await self.write_status(ctx)
-        raise RetryLaterError(str(rejected))
+
+        def decide(fails: bool) -> Decision:
+            return on_rejection(d, ctx.status, rejected.reason, str(rejected), fails_job=fails)
+
+        return await self.reject(ctx, rejected, decide, self._finish)
 
     async def _finished(self, ctx: Pass, d: Decision) -> Result:
         """A finished TrainJob: what the runtime's TTL deletes, cleanup, the status, and its deletion

@@ -64,7 +64,7 @@ from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import HPAS, PODS, SERVICES
-from kubetrain.kube.runner import Result, RetryLaterError
+from kubetrain.kube.runner import Result
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -225,16 +225,13 @@ class V1JobReconciler(JobReconciler):
 
     async def _rejected(self, ctx: Pass, d: Decision, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the job, or say why while trying again."""
-        fails = self.rejections.fails_job(ctx.key, rejected)
-        after = on_rejection(d, ctx.status, rejected.reason, str(rejected), fails_job=fails, setup=self.setup)
-        if fails:
-            ctx.status = after.status
-            await self._finish(ctx, after)
-            return Result(after.requeue_after)
-        if rejected.fail_after is None and after.status != ctx.status:
-            ctx.status = after.status
-            await self.write_status(ctx)
-        raise RetryLaterError(str(rejected))
+
+        def decide(fails: bool) -> Decision:
+            return on_rejection(
+                d, ctx.status, rejected.reason, str(rejected), fails_job=fails, setup=self.setup
+            )
+
+        return await self.reject(ctx, rejected, decide, self._finish)
 
     # -- the writes of a decision ----------------------------------------------------------------------
     def _record(self, ctx: Pass, d: Decision) -> None:
