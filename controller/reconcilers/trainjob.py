@@ -43,6 +43,7 @@ from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.reconcilers import jobset
+from kubetrain.controller.reconcilers.conditions import DELETION_HELD
 from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
 from kubetrain.controller.reconcilers.tls_config import sync_tls_config
 from kubetrain.controller.reconcilers.trainjob_decisions import (
@@ -329,6 +330,7 @@ class TrainJobReconciler(JobReconciler):
             await self._expire(ctx, d.expiry)
         await self._cleanup(ctx, d)
         if d.deletion_held is not None:
+            self.recorder.event(ctx.job, WARNING, DELETION_HELD, d.deletion_held)
             log.info("trainjob %s: deletion held: %s", ctx.key, d.deletion_held)
         await self.write_status(ctx)
         if d.delete_job:

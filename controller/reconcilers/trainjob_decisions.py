@@ -155,7 +155,7 @@ class Decision:
     delete_pods: list[Obj] = field(default_factory=list)  # after the status write
     cleanup_pods: list[Obj] = field(default_factory=list)  # finished: the pods still running go
     expiry: Expiry | None = None  # the runtime's TTL passed: delete what JobSet's deletion would
-    deletion_held: str | None = None  # why the TrainJob is kept although its TTL passed (news of this pass)
+    deletion_held: str | None = None  # why it is kept although its TTL passed: news (an Event) of this pass
     delete_job: bool = False  # its TTL has passed
     requeue_after: float | None = None
 
@@ -442,7 +442,6 @@ def _hold_deletion(d: Decision, path: str, claim: str) -> None:
     if cond.note_on_finished(
         d.status, cond.DELETION_HELD, reason="OutputOnOwnedClaim", message=message, now=d.stamp
     ):
-        d.events.append(Event(WARNING, cond.DELETION_HELD, message))
         d.deletion_held = message
 
 
