@@ -318,10 +318,10 @@ class TrainJobReconciler(JobReconciler):
     async def _rejected(self, ctx: Pass, d: Decision, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the TrainJob, or say why while trying again."""
 
-        def decide(fails: bool) -> Decision:
+        def decided(fails: bool) -> Decision:
             return on_rejection(d, ctx.status, rejected.reason, str(rejected), fails_job=fails)
 
-        return await self.reject(ctx, rejected, decide, self._finish)
+        return await self.reject(ctx, rejected, decided, self._finish)
 
     async def _finished(self, ctx: Pass, d: Decision) -> Result:
         """A finished TrainJob: what the runtime's TTL deletes, cleanup, the status, and its deletion

@@ -226,12 +226,12 @@ class V1JobReconciler(JobReconciler):
     async def _rejected(self, ctx: Pass, d: Decision, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the job, or say why while trying again."""
 
-        def decide(fails: bool) -> Decision:
+        def decided(fails: bool) -> Decision:
             return on_rejection(
                 d, ctx.status, rejected.reason, str(rejected), fails_job=fails, setup=self.setup
             )
 
-        return await self.reject(ctx, rejected, decide, self._finish)
+        return await self.reject(ctx, rejected, decided, self._finish)
 
     # -- the writes of a decision ----------------------------------------------------------------------
     def _record(self, ctx: Pass, d: Decision) -> None:
