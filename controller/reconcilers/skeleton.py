@@ -7,9 +7,10 @@ another controller manages, or one being deleted, is left alone; a job whose
 expected creates and deletes have not reached the cache yet waits for them.
 Then ``reconcile_job`` decides and writes. The writes they share are here too:
 the status, as a merge patch guarded by the resourceVersion the pass read;
-rank 0's report, also from a pod deleted since the last pass; the deletion of
-a job whose TTL has passed. Times are RFC 3339 strings with one-second
-resolution, as the API server keeps them.
+the ending of a job that finishes (``finish``: its terminal status is written
+before anything is cleaned up, for every kind); the deletion of a job whose TTL
+has passed. Times are RFC 3339 strings with one-second resolution, as the API
+server keeps them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import NotRequired, Protocol, TypedDict, TypeVar, Unpack
 
 from kubetrain import naming
 from kubetrain.controller import metrics
@@ -29,19 +30,26 @@ from kubetrain.controller.plugins.status_server import StatusServerPlugin
 from kubetrain.controller.reconcilers import conditions as cond
 from kubetrain.controller.reconcilers import handlers
 from kubetrain.controller.reconcilers.departed import DepartedPods
-from kubetrain.controller.reconcilers.writes import ChildWriter, Rejections
+from kubetrain.controller.reconcilers.writes import ChildRejectedError, ChildWriter, Rejections
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.kube.client import KubeClient
-from kubetrain.kube.events import NORMAL, EventRecorder
+from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler, Informer
 from kubetrain.kube.patch import merge_patch
 from kubetrain.kube.resources import Resource
-from kubetrain.kube.runner import Result
+from kubetrain.kube.runner import Result, RetryLaterError
 
 log = logging.getLogger("kubetrain.controller")
 
 OWNER_INDEX = "owner"  # the informer index of children by their controller's uid
+COUNTERS = {  # what the decisions of every kind count, by name
+    "created": metrics.jobs_created,
+    "restarted": metrics.jobs_restarted,
+    "disrupted": metrics.jobs_disrupted,
+    "successful": metrics.jobs_successful,
+    "failed": metrics.jobs_failed,
+}
 
 
 def _now() -> dt.datetime:
@@ -109,6 +117,29 @@ class Pass(JobIdentity):
         return f"{self.namespace}/{self.name}"
 
 
+class Ending(Protocol):
+    """How a job finishes in a pass (a kind's decision says it)."""
+
+    @property
+    def succeeded(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+class Decided(Protocol):
+    """What a kind's decision of a pass holds that the shared writes read."""
+
+    status: Obj  # the status to write
+    requeue_after: float | None
+
+
+DecisionT = TypeVar("DecisionT", bound=Decided)
+
+
 class Shared(TypedDict):
     """What every kind's reconciler is made with (``clock`` for tests)."""
 
@@ -131,6 +162,8 @@ class JobReconciler:
     # Children besides pods whose creates raise the job's expectations and whose events settle them: the
     # one fact both sides read, since an event settling a create nobody expected would settle a pod's.
     tracked_children: frozenset[Resource] = frozenset()
+    # How the log says a job finished: "job ns/x succeeded: ..." (a kind may name it and its success).
+    finish_words: tuple[str, str] = ("job", "succeeded")
 
     def __init__(self, **shared: Unpack[Shared]) -> None:
         self.kube = shared["kube"]
@@ -218,15 +251,54 @@ class JobReconciler:
     def wrote_status(self, ctx: Pass) -> None:
         """Called after each status write (the v1 reconciler times its coalescing from it)."""
 
-    async def copy_report(self, ctx: Pass, report_of: Callable[[list[Obj]], dict[str, Any] | None]) -> None:
-        """Copy rank 0's report into the job: ``report_of`` finds it, given the pods deleted since the last
-        pass that left one (``DepartedPods``); they are kept again if the copy fails."""
-        departed = self.departed.take(ctx.key)
+    async def copy_report(self, ctx: Pass, report: Obj | None, departed: list[Obj]) -> None:
+        """Copy rank 0's report into the job; the pods deleted since the last pass that left one
+        (``DepartedPods``, the ``departed`` the report was looked for in) are kept again if it fails."""
         try:
-            await self.writer.copy_report(self.resource, self.jobs, ctx.job, report_of(departed))
+            await self.writer.copy_report(self.resource, self.jobs, ctx.job, report)
         except BaseException:
             self.departed.restore(ctx.key, departed)
             raise
+
+    def count(self, namespace: str, counter: str, framework: str, n: int = 1) -> None:
+        """Count ``n`` of a job's ``counter`` (``COUNTERS``) under its namespace and ``framework`` label."""
+        COUNTERS[counter].labels(namespace, framework).inc(n)
+
+    async def finish(
+        self, ctx: Pass, ending: Ending, framework: str, clean_up: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Carry out a job finishing in this pass: write its terminal status, then count and announce the
+        ending, then ``clean_up``. A failed write leaves every pod in place, so a 409 or a crash in
+        between leaves a finished job, never one whose pods were deleted but which still looks
+        unfinished (the next pass would recreate them)."""
+        await self.write_status(ctx)
+        self.count(ctx.namespace, "successful" if ending.succeeded else "failed", framework)
+        self.recorder.event(ctx.job, NORMAL if ending.succeeded else WARNING, ending.reason, ending.message)
+        noun, success = self.finish_words
+        log.info("%s %s %s: %s", noun, ctx.key, success if ending.succeeded else "failed", ending.message)
+        await clean_up()
+
+    async def reject(
+        self,
+        ctx: Pass,
+        rejected: ChildRejectedError,
+        decide: Callable[[bool], DecisionT],
+        finish: Callable[[Pass, DecisionT], Awaitable[None]],
+    ) -> Result:
+        """A child the API server will not take: fail the job, or say why while trying again.
+
+        ``decide(fails_job)`` is the kind's decision on it, from the status written so far in the pass
+        (``ctx.status``); a job that fails is finished by ``finish``, terminal status first."""
+        fails = self.rejections.fails_job(ctx.key, rejected)
+        after = decide(fails)
+        if fails:
+            ctx.status = after.status
+            await finish(ctx, after)
+            return Result(after.requeue_after)
+        if rejected.fail_after is None and after.status != ctx.status:
+            ctx.status = after.status
+            await self.write_status(ctx)
+        raise RetryLaterError(str(rejected))
 
     async def delete_expired(self, ctx: Pass, framework: str, message: str) -> None:
         """Delete a finished job whose TTL has passed (its children go with it, by owner reference)."""

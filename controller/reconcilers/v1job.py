@@ -35,7 +35,6 @@ import time
 from dataclasses import dataclass
 from typing import Unpack
 
-from kubetrain.controller import metrics
 from kubetrain.controller.frameworks.base import Framework
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangPlugin
@@ -65,7 +64,7 @@ from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import HPAS, PODS, SERVICES
-from kubetrain.kube.runner import Result, RetryLaterError
+from kubetrain.kube.runner import Result
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -81,13 +80,6 @@ class Held:
 
 COALESCE_SECONDS = 1.0  # how long a status write of progress only waits for more changes
 POD_GROUP_RETRY = 5.0  # seconds between looks at a pod group the scheduler has not admitted yet
-COUNTERS = {
-    "created": metrics.jobs_created,
-    "restarted": metrics.jobs_restarted,
-    "disrupted": metrics.jobs_disrupted,
-    "successful": metrics.jobs_successful,
-    "failed": metrics.jobs_failed,
-}
 
 
 class V1JobReconciler(JobReconciler):
@@ -138,7 +130,7 @@ class V1JobReconciler(JobReconciler):
         ctx = Pass(d.info.job, d.status, copy.deepcopy(cached.get("status") or {}), d.now)
         self._record(ctx, d)
         if d.copies_report:
-            await self._copy_report(ctx, d, departed)
+            await self.copy_report(ctx, d.report, departed)
         else:
             self.departed.restore(key, departed)
         if d.phase is Phase.FINISHED:
@@ -227,27 +219,19 @@ class V1JobReconciler(JobReconciler):
         return [*created, written] if isinstance(created, list) else [created, written]
 
     async def _finish(self, ctx: Pass, d: Decision) -> None:
-        """Write the terminal status, then clean up: a failed write leaves every pod in place."""
+        """Write the terminal status, then clean up (``JobReconciler.finish``)."""
         assert d.finish is not None
-        await self.write_status(ctx)
-        self._count(ctx, d.finish.counter)
-        event = d.finish.event
-        self.recorder.event(ctx.job, event.type, event.reason, event.message)
-        log.info("job %s %s: %s", ctx.key, "succeeded" if d.finish.succeeded else "failed", event.message)
-        await self._cleanup(ctx, d)
+        await self.finish(ctx, d.finish, self.framework.api.framework_label, lambda: self._cleanup(ctx, d))
 
     async def _rejected(self, ctx: Pass, d: Decision, rejected: ChildRejectedError) -> Result:
         """A child the API server will not take: fail the job, or say why while trying again."""
-        fails = self.rejections.fails_job(ctx.key, rejected)
-        after = on_rejection(d, ctx.status, rejected.reason, str(rejected), fails_job=fails, setup=self.setup)
-        if fails:
-            ctx.status = after.status
-            await self._finish(ctx, after)
-            return Result(after.requeue_after)
-        if rejected.fail_after is None and after.status != ctx.status:
-            ctx.status = after.status
-            await self.write_status(ctx)
-        raise RetryLaterError(str(rejected))
+
+        def decided(fails: bool) -> Decision:
+            return on_rejection(
+                d, ctx.status, rejected.reason, str(rejected), fails_job=fails, setup=self.setup
+            )
+
+        return await self.reject(ctx, rejected, decided, self._finish)
 
     # -- the writes of a decision ----------------------------------------------------------------------
     def _record(self, ctx: Pass, d: Decision) -> None:
@@ -257,14 +241,7 @@ class V1JobReconciler(JobReconciler):
             self._count(ctx, counter, n)
 
     def _count(self, ctx: Pass, counter: Counter, n: int = 1) -> None:
-        COUNTERS[counter].labels(ctx.namespace, self.framework.api.framework_label).inc(n)
-
-    async def _copy_report(self, ctx: Pass, d: Decision, departed: list[Obj]) -> None:
-        try:
-            await self.writer.copy_report(self.resource, self.jobs, ctx.job, d.report)
-        except BaseException:
-            self.departed.restore(ctx.key, departed)
-            raise
+        self.count(ctx.namespace, counter, self.framework.api.framework_label, n)
 
     async def _cleanup(self, ctx: Pass, d: Decision) -> None:
         """Delete what the decision cleans up: pods and services at once, then the pod group."""
