@@ -8,6 +8,7 @@ path, with the create-only write (``If-None-Match: *``) the commit needs.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from collections.abc import Callable
@@ -248,6 +249,13 @@ def main() -> None:
     mesh = init_device_mesh("cpu", (int(world),))
     SCENARIOS[scenario](int(rank), location, mesh)
     dist.destroy_process_group()
+    # As examples/train_fsdp.py's leave(): the exit handlers run, then the process ends at once, since
+    # torch leaves gloo's threads (the device mesh keeps its groups) to the interpreter's teardown,
+    # which can abort a run that passed (exit -6).
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
