@@ -30,12 +30,12 @@ from prometheus_client import start_http_server
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller import metrics
-from kubetrain.controller.frameworks import by_name
-from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.core.children import build_pod, build_service
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
-from kubetrain.controller.reconcilers.children import build_pod, build_service
 from kubetrain.controller.state import PodPlugin
+from kubetrain.controller.v1.frameworks import by_name
+from kubetrain.controller.v1.frameworks.base import job_info
 from kubetrain.kube import observer
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer

@@ -17,8 +17,8 @@ from kubetrain import naming
 from kubetrain.api import kinds as api_kinds
 
 if TYPE_CHECKING:
+    from kubetrain.controller.core.skeleton import Settings
     from kubetrain.controller.plugins.status_server import StatusServerPlugin
-    from kubetrain.controller.reconcilers.skeleton import Settings
     from kubetrain.controller.statusserver.tls import ServingCert
     from kubetrain.kube import leader
 
@@ -122,9 +122,9 @@ class Options:
         return self_signed([host, "localhost", "127.0.0.1"])
 
     def settings(self, status_server: StatusServerPlugin | None = None) -> Settings:
+        from kubetrain.controller.core.skeleton import Settings
         from kubetrain.controller.plugins.gang import gang_scheduler
         from kubetrain.controller.plugins.master_wait import MasterWaitPlugin
-        from kubetrain.controller.reconcilers.skeleton import Settings
         from kubetrain.controller.state import PodPlugin
 
         if problem := self.problems().get("--managed-by"):

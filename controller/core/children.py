@@ -10,8 +10,8 @@ import copy
 from collections.abc import Sequence
 
 from kubetrain import naming
-from kubetrain.controller.frameworks.base import JobInfo, replica_labels
 from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.v1.frameworks.base import JobInfo, replica_labels
 
 
 def build_pod(info: JobInfo, rtype: str, index: int, plugins: Sequence[PodPlugin]) -> Obj:

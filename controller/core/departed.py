@@ -11,7 +11,7 @@ that instant loses the report, as it would lose a pod's logs.
 
 from __future__ import annotations
 
-from kubetrain.controller.reconcilers.observe import termination_report
+from kubetrain.controller.core.observe import termination_report
 from kubetrain.controller.state import Obj
 
 

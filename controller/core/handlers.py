@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kubetrain.controller.reconcilers.departed import DepartedPods
+from kubetrain.controller.core.departed import DepartedPods
 from kubetrain.controller.state import Obj
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler

@@ -33,9 +33,9 @@ from typing import Any
 
 from kubetrain.checkpoint import EXIT_FENCED
 from kubetrain.client.kinds import disruption, disruption_condition
-from kubetrain.controller.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
-from kubetrain.controller.reconcilers.children import replica_of
+from kubetrain.controller.core.children import replica_of
 from kubetrain.controller.state import Obj
+from kubetrain.controller.v1.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
 
 FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off
 NO_EXIT_CODE = 0xBEEF  # the pod failed before its container reported an exit code (upstream's sentinel)

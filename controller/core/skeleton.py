@@ -1,6 +1,6 @@
 """What every kind's reconciler shares: the prelude of a pass, the status writer, lifetimes, reports.
 
-``JobReconciler`` is the skeleton the v1 reconciler (``v1job``) and the
+``JobReconciler`` is the skeleton the v1 reconciler (``v1.reconciler``) and the
 TrainJob reconciler (``trainjob``) fill in. A pass starts the same for both
 (``reconcile``): a job gone from the cache forgets its expectations; a job
 another controller manages, or one being deleted, is left alone; a job whose
@@ -24,13 +24,13 @@ from typing import NotRequired, Protocol, TypedDict, TypeVar, Unpack
 
 from kubetrain import naming
 from kubetrain.controller import metrics
+from kubetrain.controller.core import conditions as cond
+from kubetrain.controller.core import handlers
+from kubetrain.controller.core.departed import DepartedPods
+from kubetrain.controller.core.writes import ChildRejectedError, ChildWriter, Rejections
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.plugins.gpu import gpus_requested
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import handlers
-from kubetrain.controller.reconcilers.departed import DepartedPods
-from kubetrain.controller.reconcilers.writes import ChildRejectedError, ChildWriter, Rejections
 from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, WARNING, EventRecorder

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubetrain import naming
-from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339
+from kubetrain.controller.core.skeleton import parse_time, rfc3339
 from kubetrain.controller.state import Obj
 
 STALLED = "Stalled"

@@ -11,8 +11,8 @@ it is reported as a warning on the job.
 from __future__ import annotations
 
 from kubetrain import naming, quantity
-from kubetrain.controller.frameworks.base import JobInfo
 from kubetrain.controller.state import JobView, Obj
+from kubetrain.controller.v1.frameworks.base import JobInfo
 
 
 def gpus_requested(template: Obj) -> int:

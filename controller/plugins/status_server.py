@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from kubetrain import naming
 from kubetrain.api.kinds import job_kind
-from kubetrain.controller.frameworks.base import env_value
 from kubetrain.controller.state import JobIdentity, JobView, Obj
 from kubetrain.controller.statusserver.authz import status_path
+from kubetrain.controller.v1.frameworks.base import env_value
 from kubetrain.trainjob.state import TrainJobInfo
 
 

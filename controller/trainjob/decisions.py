@@ -6,9 +6,9 @@ returns a ``Decision``: the status to write, the Events and counters to record,
 rank 0's report to copy, the pods to create and delete, what a finished
 TrainJob's TTLs delete, and when to look again. It does no I/O, so every rule
 of the lifecycle is unit-tested pass by pass
-(``tests/unit/controller/test_trainjob_decisions.py``); ``reconcilers.trainjob``
+(``tests/unit/controller/test_trainjob_decisions.py``); ``trainjob.reconciler``
 observes, and carries a Decision out. The JobSet and Job controller semantics
-it applies are ``reconcilers.jobset``.
+it applies are ``trainjob.jobset``.
 
 The rules, in the order they apply (docs/trainjob.md says them for users):
 
@@ -50,17 +50,18 @@ from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
 from kubetrain.client.kinds import disruption
 from kubetrain.controller import diagnosis
+from kubetrain.controller.core import conditions as cond
+from kubetrain.controller.core import stalls
+from kubetrain.controller.core.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
+from kubetrain.controller.core.observe import fenced_failure, fenced_off, termination_report
+from kubetrain.controller.core.skeleton import parse_time, rfc3339, seconds_left
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
-from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import jobset, stalls
-from kubetrain.controller.reconcilers.conditions import COMPLETE, CREATED, FAILED, REPLICA_FAILURE, SUSPENDED
-from kubetrain.controller.reconcilers.observe import fenced_failure, fenced_off, termination_report
-from kubetrain.controller.reconcilers.skeleton import parse_time, rfc3339, seconds_left
-from kubetrain.controller.reconcilers.v1decisions import Event, Finish
 from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.v1.decisions import Event, Finish
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.resources import PVCS
 from kubetrain.trainjob.outputs import outputs_at_risk
@@ -136,7 +137,7 @@ class Expiry:
 
 @dataclass
 class Decision:
-    """Everything one pass decided; ``reconcilers.trainjob`` carries it out."""
+    """Everything one pass decided; ``trainjob.reconciler`` carries it out."""
 
     phase: Phase
     job: Obj  # the TrainJob as decided on (the pass's copy: not changed here)

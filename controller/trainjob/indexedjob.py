@@ -36,8 +36,8 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.api import v2
-from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, exit_code
-from kubetrain.controller.reconcilers.skeleton import parse_time
+from kubetrain.controller.core.observe import NO_EXIT_CODE, exit_code
+from kubetrain.controller.core.skeleton import parse_time
 from kubetrain.controller.state import Obj
 from kubetrain.trainjob.state import DEFAULT_BACKOFF_LIMIT, NODE, PodSet
 

@@ -5,7 +5,7 @@ Kubernetes Job controller). kubetrain creates the pods itself and keeps their
 contract: the same hostnames, subdomain, labels and annotations, and the same
 outcomes. This module is the pure part: build a pod, digest the pods of a
 TrainJob into child Jobs (whose own rules, the Job controller's, are
-``reconcilers.indexedjob``), and decide what JobSet would decide.
+``trainjob.indexedjob``), and decide what JobSet would decide.
 
 * A child Job ``<tj>-<replicated job>-<i>`` is Indexed. Its failures are counted
   once per pod (``restarts``) and kept in the TrainJob's status, so a failed pod
@@ -38,8 +38,11 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.client.kinds import disruption_condition
-from kubetrain.controller.reconcilers import restarts
-from kubetrain.controller.reconcilers.indexedjob import (
+from kubetrain.controller.core import restarts
+from kubetrain.controller.core.observe import restart_count
+from kubetrain.controller.core.skeleton import gpu_seconds, parse_time, rfc3339
+from kubetrain.controller.state import Obj, PodPlugin, section
+from kubetrain.controller.trainjob.indexedjob import (
     FAIL_INDEX,
     FAIL_JOB,
     IGNORE,
@@ -50,9 +53,6 @@ from kubetrain.controller.reconcilers.indexedjob import (
     judge,
     judge_failed_pod,
 )
-from kubetrain.controller.reconcilers.observe import restart_count
-from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339
-from kubetrain.controller.state import Obj, PodPlugin, section
 from kubetrain.trainjob.policies.common import completion_index_env
 from kubetrain.trainjob.state import PodSet, TrainJobInfo
 

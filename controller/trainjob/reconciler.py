@@ -1,7 +1,7 @@
 """Reconcile a TrainJob (trainer.kubeflow.org/v1alpha1) straight into pods.
 
 Upstream writes a JobSet and leaves the pods to two more controllers; kubetrain
-creates the pods itself (``reconcilers.jobset`` holds the JobSet and Job
+creates the pods itself (``trainjob.jobset`` holds the JobSet and Job
 semantics), which is one controller to run, one cache to keep, and no lag
 between three reconcile loops. A pass, level-triggered, reading caches:
 
@@ -10,7 +10,7 @@ between three reconcile loops. A pass, level-triggered, reading caches:
    ConfigMap ``<tj>-runtime-snapshot`` once it exists (so editing or deleting a
    runtime never changes a running job), else from the live runtime, which is
    then snapshotted; build the pod sets (``kubetrain.trainjob.build``);
-2. decide: ``trainjob_decisions.decide``, pure;
+2. decide: ``trainjob.decisions.decide``, pure;
 3. carry the ``Decision`` out, in this order: rank 0's report is copied and
    the Events recorded; a TrainJob that finishes has its terminal status
    written before anything is cleaned up (``JobReconciler.finish``, as for
@@ -22,7 +22,7 @@ between three reconcile loops. A pass, level-triggered, reading caches:
 
 A child the API server will not take (a name held by another owner, a pod
 template it rejects pass after pass) fails the TrainJob with the API server's
-message (``trainjob_decisions.on_rejection``).
+message (``trainjob.decisions.on_rejection``).
 
 docs/trainjob.md describes the behaviour for users.
 """
@@ -41,12 +41,21 @@ import yaml
 from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.controller.core.conditions import DELETION_HELD
+from kubetrain.controller.core.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
+from kubetrain.controller.core.tls_config import sync_tls_config
+from kubetrain.controller.core.writes import (
+    ChildRejectedError,
+    Ownership,
+    check_existing,
+    ownership,
+    raise_first_failure,
+    require_ours,
+)
 from kubetrain.controller.plugins.gang import GangScheduler
-from kubetrain.controller.reconcilers import jobset
-from kubetrain.controller.reconcilers.conditions import DELETION_HELD
-from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
-from kubetrain.controller.reconcilers.tls_config import sync_tls_config
-from kubetrain.controller.reconcilers.trainjob_decisions import (
+from kubetrain.controller.state import JobIdentity, Obj
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.trainjob.decisions import (
     BUILD_ERROR,
     CONDITIONS,
     RUNTIME_NOT_FOUND,
@@ -61,15 +70,6 @@ from kubetrain.controller.reconcilers.trainjob_decisions import (
     framework_of,
     on_rejection,
 )
-from kubetrain.controller.reconcilers.writes import (
-    ChildRejectedError,
-    Ownership,
-    check_existing,
-    ownership,
-    raise_first_failure,
-    require_ours,
-)
-from kubetrain.controller.state import JobIdentity, Obj
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Handler, Informer

@@ -6,7 +6,7 @@ write, the Events and counters to record, the children to create and delete,
 rank 0's report to copy, the pod group and autoscaler the job needs, and when
 to look again. It does no I/O, so every rule of the lifecycle is unit-tested
 pass by pass (``tests/unit/controller/test_v1_decisions.py``);
-``reconcilers.v1job`` carries a Decision out, in the order docs/reliability.md
+``v1.reconciler`` carries a Decision out, in the order docs/reliability.md
 documents.
 
 The rules, in the order they apply (docs/job-lifecycle.md says them for users):
@@ -46,13 +46,10 @@ from typing import Any, Literal
 
 from kubetrain import naming
 from kubetrain.controller import diagnosis
-from kubetrain.controller.frameworks.base import Framework, JobInfo, job_info, replica_labels
-from kubetrain.controller.plugins.gang import GangScheduler
-from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
-from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers import restarts, stalls
-from kubetrain.controller.reconcilers.children import build_pod, build_service, replica_of
-from kubetrain.controller.reconcilers.observe import (
+from kubetrain.controller.core import conditions as cond
+from kubetrain.controller.core import restarts, stalls
+from kubetrain.controller.core.children import build_pod, build_service, replica_of
+from kubetrain.controller.core.observe import (
     FENCED,
     NO_EXIT_CODE,
     Observation,
@@ -60,8 +57,11 @@ from kubetrain.controller.reconcilers.observe import (
     observe,
     rank0_report,
 )
-from kubetrain.controller.reconcilers.skeleton import gpu_seconds, parse_time, rfc3339, seconds_left
+from kubetrain.controller.core.skeleton import gpu_seconds, parse_time, rfc3339, seconds_left
+from kubetrain.controller.plugins.gang import GangScheduler
+from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
 from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.v1.frameworks.base import Framework, JobInfo, job_info, replica_labels
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.patch import merge_patch
 
@@ -124,7 +124,7 @@ class Observed:
 
 @dataclass
 class Decision:
-    """Everything one pass decided; ``reconcilers.v1job`` carries it out."""
+    """Everything one pass decided; ``v1.reconciler`` carries it out."""
 
     phase: Phase
     info: JobInfo  # the job as decided on: a private copy, defaulted, with the warnings building found
@@ -365,7 +365,7 @@ def _run(d: Decision, departed: Sequence[Obj], setup: Setup) -> Decision:
 
 
 def _stall(d: Decision, obs: Observation) -> tuple[list[Obj], float | None]:
-    """The pods to restart because the job stopped reporting progress (``controller.reconcilers.stalls``),
+    """The pods to restart because the job stopped reporting progress (``controller.core.stalls``),
     and when to look again; finishes the job (reason ``Stalled``) once it stalled too often."""
     info, status, kind = d.info, d.status, d.info.framework.api.kind
     policy = stalls.StallPolicy.of(info.job)

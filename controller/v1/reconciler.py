@@ -3,7 +3,7 @@
 Written once for every v1 kind; the ``Framework`` supplies what differs. A pass
 reads the job and its pods and services from the informer caches (the reads
 that go to the API server are a child found under its name after a 409, and an
-elastic job's autoscaler), lets ``v1decisions.decide`` decide, and carries the
+elastic job's autoscaler), lets ``v1.decisions.decide`` decide, and carries the
 ``Decision`` out in the order docs/reliability.md documents:
 
 * a job that finishes in this pass: its terminal status is written first, then
@@ -35,15 +35,21 @@ import time
 from dataclasses import dataclass
 from typing import Unpack
 
-from kubetrain.controller.frameworks.base import Framework
+from kubetrain.controller.core import conditions as cond
+from kubetrain.controller.core.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
+from kubetrain.controller.core.tls_config import sync_tls_config
+from kubetrain.controller.core.writes import (
+    ChildRejectedError,
+    check_existing,
+    raise_first_failure,
+    require_ours,
+)
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
-from kubetrain.controller.reconcilers import conditions as cond
-from kubetrain.controller.reconcilers.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
-from kubetrain.controller.reconcilers.tls_config import sync_tls_config
-from kubetrain.controller.reconcilers.v1decisions import (
+from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.v1.decisions import (
     Counter,
     Decision,
     Observed,
@@ -53,13 +59,7 @@ from kubetrain.controller.reconcilers.v1decisions import (
     on_rejection,
     status_hold,
 )
-from kubetrain.controller.reconcilers.writes import (
-    ChildRejectedError,
-    check_existing,
-    raise_first_failure,
-    require_ours,
-)
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.v1.frameworks.base import Framework
 from kubetrain.kube import errors
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.informer import Informer

@@ -24,7 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 
 from kubetrain import naming
-from kubetrain.controller import frameworks
+from kubetrain.controller.v1 import frameworks
 from tests.support import (
     HANG,
     Jobs,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.controller.frameworks import FRAMEWORKS
-from kubetrain.controller.frameworks.base import Framework, ReplicaCounts, job_info
+from kubetrain.controller.v1.frameworks import FRAMEWORKS
+from kubetrain.controller.v1.frameworks.base import Framework, ReplicaCounts, job_info
 
 pytestmark = pytest.mark.usefixtures("crds")
 

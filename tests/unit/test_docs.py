@@ -175,7 +175,7 @@ def test_the_env_reference_names_every_variable_kubetrain_sets_or_reads() -> Non
     used = {name for p in sources for name in re.findall(r"\bKUBETRAIN_[A-Z0-9_]+", p.read_text())}
     framework = {
         name
-        for folder in ("controller/frameworks", "kubetrain/trainjob", "controller/plugins")
+        for folder in ("controller/v1/frameworks", "kubetrain/trainjob", "controller/plugins")
         for p in (REPO / folder).rglob("*.py")
         for name in re.findall(r'(?:env_value\(|"name": |_env\()"([A-Z][A-Z0-9_]+)"', p.read_text())
     }

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kubetrain.api import crdgen, kinds, v1, v2
-from kubetrain.controller import frameworks
+from kubetrain.controller.v1 import frameworks
 from tests.unit.test_layers import modules
 
 REGISTRY = "kubetrain.api.kinds"

@@ -7,12 +7,12 @@ PaddleJob and JAXJob (``base.Framework`` gives the rules they share).
 from __future__ import annotations
 
 from kubetrain.api import kinds
-from kubetrain.controller.frameworks.base import Framework
-from kubetrain.controller.frameworks.jax import Jax
-from kubetrain.controller.frameworks.paddle import Paddle
-from kubetrain.controller.frameworks.pytorch import PyTorch
-from kubetrain.controller.frameworks.tensorflow import TensorFlow
-from kubetrain.controller.frameworks.xgboost import XGBoost
+from kubetrain.controller.v1.frameworks.base import Framework
+from kubetrain.controller.v1.frameworks.jax import Jax
+from kubetrain.controller.v1.frameworks.paddle import Paddle
+from kubetrain.controller.v1.frameworks.pytorch import PyTorch
+from kubetrain.controller.v1.frameworks.tensorflow import TensorFlow
+from kubetrain.controller.v1.frameworks.xgboost import XGBoost
 
 FRAMEWORKS: dict[str, Framework] = {
     f.api.singular: f for f in (PyTorch(), TensorFlow(), XGBoost(), Paddle(), Jax())

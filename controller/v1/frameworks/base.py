@@ -1,7 +1,7 @@
 """What differs between the Kubeflow v1 kinds: a ``Framework`` per kind, over one build state.
 
 The job logic (pods, services, status, restarts, lifetimes) is written once in
-``reconcilers.v1decisions``. A ``Framework`` holds the kind's facts (``api``,
+``v1.decisions``. A ``Framework`` holds the kind's facts (``api``,
 from the kind registry) and its rules: the env that wires replicas together,
 the defaults applied in memory, which replicas decide success. The base class
 gives upstream's shared rules (the replica type that decides success is the

@@ -8,8 +8,14 @@ operator see the same environment.
 from __future__ import annotations
 
 from kubetrain.api.kinds import PYTORCHJOB
-from kubetrain.controller.frameworks.base import Framework, JobInfo, PodsByReplica, ReplicaCounts, env_value
 from kubetrain.controller.state import EnvVar, Obj
+from kubetrain.controller.v1.frameworks.base import (
+    Framework,
+    JobInfo,
+    PodsByReplica,
+    ReplicaCounts,
+    env_value,
+)
 
 
 class PyTorch(Framework):

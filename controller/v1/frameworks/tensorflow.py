@@ -10,8 +10,14 @@ import json
 import os
 
 from kubetrain.api.kinds import TFJOB
-from kubetrain.controller.frameworks.base import Framework, JobInfo, PodsByReplica, ReplicaCounts, env_value
 from kubetrain.controller.state import EnvVar, Obj
+from kubetrain.controller.v1.frameworks.base import (
+    Framework,
+    JobInfo,
+    PodsByReplica,
+    ReplicaCounts,
+    env_value,
+)
 
 CLUSTER_DOMAIN_ENV = "CUSTOM_CLUSTER_DOMAIN"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kubetrain.api.kinds import XGBOOSTJOB
-from kubetrain.controller.frameworks.base import Framework, JobInfo, env_value
 from kubetrain.controller.state import EnvVar
+from kubetrain.controller.v1.frameworks.base import Framework, JobInfo, env_value
 
 
 class XGBoost(Framework):

@@ -10,7 +10,7 @@ import pytest
 
 from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller import cached
-from kubetrain.controller.reconcilers import observe
+from kubetrain.controller.core import observe
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import PODS

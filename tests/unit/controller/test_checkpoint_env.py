@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller import frameworks
-from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.core import children
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
-from kubetrain.controller.reconcilers import children, jobset
-from kubetrain.controller.reconcilers.indexedjob import ChildJob
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.trainjob.indexedjob import ChildJob
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.frameworks.base import job_info
 from kubetrain.trainjob.build import build
 
 RUNTIMES = Path(__file__).resolve().parents[3] / "deploy" / "runtimes"

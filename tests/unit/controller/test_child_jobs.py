@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.controller.reconcilers import jobset
-from kubetrain.controller.reconcilers.indexedjob import ChildJob
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.trainjob.indexedjob import ChildJob
 from kubetrain.trainjob.build import build
 from kubetrain.trainjob.state import BuildError, TrainJobInfo
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.reconcilers import conditions as cond
+from kubetrain.controller.core import conditions as cond
 
 
 def _set(status: dict[str, Any], ctype: str, reason: str, *, true: bool = True, now: str = "t1") -> bool:

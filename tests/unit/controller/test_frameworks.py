@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller import frameworks
-from kubetrain.controller.frameworks.base import JobInfo, job_info
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.frameworks.base import JobInfo, job_info
 
 
 def _job(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
-from kubetrain.controller import frameworks
-from kubetrain.controller.reconcilers import handlers
-from kubetrain.controller.reconcilers.departed import DepartedPods
-from kubetrain.controller.reconcilers.skeleton import Settings
-from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
-from kubetrain.controller.reconcilers.v1job import V1JobReconciler
+from kubetrain.controller.core import handlers
+from kubetrain.controller.core.departed import DepartedPods
+from kubetrain.controller.core.skeleton import Settings
+from kubetrain.controller.trainjob.reconciler import TrainJobReconciler
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.reconciler import V1JobReconciler
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.resources import SERVICES
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller import frameworks
-from kubetrain.controller.frameworks.base import JobInfo, job_info
+from kubetrain.controller.core.children import build_pod
+from kubetrain.controller.core.observe import NO_EXIT_CODE, fenced_failure, is_retryable, observe
 from kubetrain.controller.plugins.gang import gang_scheduler
 from kubetrain.controller.plugins.gpu import GpuPlugin, lopsided_gpu_warning
-from kubetrain.controller.reconcilers.children import build_pod
-from kubetrain.controller.reconcilers.observe import NO_EXIT_CODE, fenced_failure, is_retryable, observe
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.frameworks.base import JobInfo, job_info
 
 
 def _info(policy: str = "OnFailure", workers: int = 2, gpus: dict[str, int] | None = None) -> JobInfo:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubetrain.controller.reconcilers.restarts import tally
+from kubetrain.controller.core.restarts import tally
 
 
 def test_a_new_failure_is_counted_once() -> None:

@@ -15,11 +15,8 @@ from aiohttp.test_utils import make_mocked_request
 
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
-from kubetrain.controller import frameworks
-from kubetrain.controller.frameworks.base import job_info
+from kubetrain.controller.core import children
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.reconcilers import children, jobset
-from kubetrain.controller.reconcilers.indexedjob import ChildJob
 from kubetrain.controller.state import JobIdentity
 from kubetrain.controller.statusserver import admission
 from kubetrain.controller.statusserver.authz import (
@@ -32,6 +29,10 @@ from kubetrain.controller.statusserver.authz import (
 )
 from kubetrain.controller.statusserver.server import StatusServer, job_patch, parse_report
 from kubetrain.controller.statusserver.tls import self_signed
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.trainjob.indexedjob import ChildJob
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.frameworks.base import job_info
 from kubetrain.kube import errors
 from kubetrain.trainjob.build import build
 

@@ -11,8 +11,8 @@ import yaml
 
 from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import TrainJobGangPlugin, trainjob_gang
-from kubetrain.controller.reconcilers import jobset
-from kubetrain.controller.reconcilers.indexedjob import ChildJob
+from kubetrain.controller.trainjob import jobset
+from kubetrain.controller.trainjob.indexedjob import ChildJob
 from kubetrain.trainjob.build import build
 from kubetrain.trainjob.state import BuildError, TrainJobInfo
 from tests.support import runtime_patch

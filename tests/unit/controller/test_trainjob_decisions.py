@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller.reconcilers import trainjob_decisions as tj
-from kubetrain.controller.reconcilers.skeleton import rfc3339
+from kubetrain.controller.core.skeleton import rfc3339
+from kubetrain.controller.trainjob import decisions as tj
 from kubetrain.trainjob.build import build
 from tests.support import claims_runtime, training_runtime
 

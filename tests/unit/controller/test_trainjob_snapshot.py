@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.reconcilers.skeleton import Settings
-from kubetrain.controller.reconcilers.trainjob import TrainJobReconciler
+from kubetrain.controller.core.skeleton import Settings
+from kubetrain.controller.trainjob.reconciler import TrainJobReconciler
 from kubetrain.kube.expectations import Expectations
 
 

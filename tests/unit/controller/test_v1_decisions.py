@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller import frameworks
+from kubetrain.controller.core.skeleton import Pass
 from kubetrain.controller.main import Options
-from kubetrain.controller.reconcilers import v1decisions as v1
-from kubetrain.controller.reconcilers.skeleton import Pass
-from kubetrain.controller.reconcilers.v1job import V1JobReconciler
+from kubetrain.controller.v1 import decisions as v1
+from kubetrain.controller.v1 import frameworks
+from kubetrain.controller.v1.reconciler import V1JobReconciler
 from kubetrain.kube.expectations import Expectations
 from tests.support import pytorchjob
 

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller.reconcilers.v1decisions import cleanup_targets
-from kubetrain.controller.reconcilers.writes import (
+from kubetrain.controller.core.writes import (
     FAILED_CREATE,
     INVALID_POD_TEMPLATE,
     NAME_CONFLICT,
@@ -23,6 +22,7 @@ from kubetrain.controller.reconcilers.writes import (
     Rejections,
     ownership,
 )
+from kubetrain.controller.v1.decisions import cleanup_targets
 from kubetrain.kube import errors
 from kubetrain.kube.events import EventRecorder
 from kubetrain.kube.expectations import Expectations
