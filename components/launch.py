@@ -34,14 +34,13 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.client import JobClient, builders, kinds, lineage
+from kubetrain.client import JobClient, attempt, builders, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobTimeoutError
 from kubetrain.plot import Curve, render
 
@@ -256,7 +255,7 @@ def _step_disruption(jobs: JobClient, namespace: str) -> str | None:
 
 def _submit_or_resume(jobs: JobClient, request: LaunchRequest, namespace: str) -> Obj:
     """Reattach to, resume or submit this step's job, as its lineage's attempts say."""
-    prepared = jobs.prepare_attempt(request.lineage_request(namespace), log=_log)
+    prepared = attempt.prepare(jobs, request.lineage_request(namespace), log=_log)
     job = prepared.job
     _log(f"{request.kind} {namespace}/{job['metadata']['name']}: attempt {lineage.attempt_of(job)}")
     return job
@@ -291,23 +290,18 @@ def _wait(jobs: JobClient, request: LaunchRequest, job: Obj) -> LaunchResult:
         stop.set()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    report = JobClient.report(final)
+    outcome = attempt.Result.of(final)
     result = LaunchResult(
-        state=kinds.state(final),
+        state=outcome.state,
         job_name=name,
         namespace=namespace,
-        last_checkpoint=str(
-            (final["metadata"].get("annotations") or {}).get(naming.ANNOTATION_LAST_CHECKPOINT)
-            or report.get("last_checkpoint")
-            or ""
-        ),
-        metrics={k: float(v) for k, v in (report.get("metrics") or {}).items() if isinstance(v, int | float)},
-        report=report,
+        last_checkpoint=str(outcome.last_checkpoint or ""),
+        metrics=outcome.numbers(),
+        report=outcome.report,
         curves=_curves(jobs, final),
     )
-    jobs.check(
-        final
-    )  # a failed job raises JobFailedError: its reason and the first failed replica's last lines
+    # A failed job raises JobFailedError: its reason and the last lines of the replica that failed first.
+    attempt.finish(jobs, final)
     _log(
         f"{kind} {name} {result.state}; last checkpoint {result.last_checkpoint or '-'}; metrics {result.metrics}"
     )
@@ -319,26 +313,31 @@ def _watch_until_finished(jobs: JobClient, request: LaunchRequest, job: Obj) -> 
 
     ``wait_timeout`` counts from admission: while Kueue holds the job queued, its clock does not run."""
     kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
-    deadline = time.monotonic() + request.wait_timeout if request.wait_timeout else None
-    latest = job
-    while True:
-        if deadline is not None and kinds.queued_line(latest) is not None:
-            deadline = time.monotonic() + request.wait_timeout
-        window = STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
-        if window <= 0:
+    changes = attempt.follow(
+        jobs,
+        kind,
+        name,
+        namespace,
+        last_seen=job,
+        every=STATUS_EVERY,
+        timeout=request.wait_timeout or None,
+        timeout_from_admission=True,
+    )
+    for seen in changes:
+        if seen.finished:
+            return seen.job
+        if seen.event is attempt.Event.TIMED_OUT:
             raise JobTimeoutError(
                 f"{kind} {namespace}/{name} did not finish within wait_timeout={request.wait_timeout:g}s; "
-                f"it is {kinds.state(latest)}{_pending(jobs, latest)}"
+                f"it is {kinds.state(seen.job)}{_pending(jobs.pending_reasons(seen.job))}"
             )
-        for current in jobs.watch(kind, name, namespace, timeout=window):
-            latest = current
-            if kinds.is_finished(current):
-                return current
-        _log(kinds.status_line(latest, waiting=jobs.admission_wait(latest)) + _pending(jobs, latest))
+        if seen.event is attempt.Event.DUE:
+            status = attempt.status(jobs, seen.job)
+            _log(status.line + _pending(status.unscheduled))
+    raise AssertionError("a wait ends when the job finished or the timeout passed")
 
 
-def _pending(jobs: JobClient, job: Obj) -> str:
-    reasons = jobs.pending_reasons(job)
+def _pending(reasons: Sequence[str]) -> str:
     return f" (pending: {'; '.join(reasons)})" if reasons else ""
 
 

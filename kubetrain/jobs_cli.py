@@ -40,7 +40,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from kubetrain import naming
-from kubetrain.client import JobClient, kinds, lineage
+from kubetrain.client import JobClient, attempt, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, JobNotFoundError, LineageError
 from kubetrain.plot import Curve, render
 from kubetrain.tabular import Grid, show
@@ -275,43 +275,41 @@ def wait_with_progress(client: JobClient, job: Obj, timeout: float | None) -> Ob
     """Watch the job until it finishes, showing a live status line (plain lines when not a terminal)."""
     kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
     started = time.monotonic()
-    latest = job
+    changes = attempt.follow(client, kind, name, namespace, last_seen=job, timeout=timeout)
+    last: attempt.Seen | None = None
     if console.is_terminal:
         with console.status(kinds.status_line(job)) as status:
-            for current in client.watch(kind, name, namespace, timeout=timeout):
-                latest = current
-                status.update(f"{kinds.status_line(current)} [dim]({time.monotonic() - started:.0f}s)[/]")
-                if kinds.is_finished(current):
-                    break
+            for last in changes:
+                if last.event in SHOWN:
+                    elapsed = time.monotonic() - started
+                    status.update(f"{kinds.status_line(last.job)} [dim]({elapsed:.0f}s)[/]")
     else:
-        last = ""
-        for current in client.watch(kind, name, namespace, timeout=timeout):
-            latest = current
-            line = kinds.status_line(current)
-            if line != last:
+        printed = ""
+        for last in changes:
+            if last.event in SHOWN and (line := kinds.status_line(last.job)) != printed:
                 console.print(line, highlight=False)
-                last = line
-            if kinds.is_finished(current):
-                break
-    if not kinds.is_finished(latest):
+                printed = line
+    if last is None or not last.finished:
+        latest = job if last is None else last.job
         fail(
             f"{kind} {namespace}/{name} did not finish within {timeout:g}s: {kinds.status_line(latest)}",
             EXIT_TIMEOUT,
         )
-    return latest
+    return last.job
+
+
+SHOWN = (attempt.Event.CHANGED, attempt.Event.FINISHED)  # what the status line follows: the job's changes
 
 
 def finish(client: JobClient, job: Obj) -> NoReturn:
     """Print the outcome of a finished job and exit with its code."""
-    if kinds.state(job) == "Succeeded":
-        report = kinds.report(job)
-        metrics = ", ".join(f"{k}={v}" for k, v in sorted((report.get("metrics") or {}).items()))
+    result = attempt.finish(client, job)  # a failed job raises JobFailedError: its reason and log tail
+    if result.state == "Succeeded":
+        metrics = ", ".join(f"{k}={v}" for k, v in sorted(result.metrics.items()))
         console.print(
-            f"[green]{job['kind']} {job['metadata']['name']} succeeded[/]"
-            + (f": {metrics}" if metrics else "")
+            f"[green]{result.kind} {result.name} succeeded[/]" + (f": {metrics}" if metrics else "")
         )
         raise typer.Exit(EXIT_OK)
-    client.check(job)  # raises JobFailedError with the reason and the first failed replica's last lines
     raise typer.Exit(EXIT_FAILED)
 
 
@@ -501,7 +499,8 @@ def resume(
     checkpoint dir), once the failed attempt's pods are gone."""
     with connect_to_job(job, namespace, kubeconfig, context) as (client, _, found):
         try:
-            prepared = client.prepare_attempt(
+            prepared = attempt.prepare(
+                client,
                 lineage.resume_request(found),
                 log=lambda line: errors.print(line, highlight=False, markup=False),
                 pod_wait=pod_wait,

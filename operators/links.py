@@ -6,8 +6,7 @@ from typing import Any
 
 from kubetrain.client import kinds
 from kubetrain.operators.compat import BaseOperatorLink, conf
-
-XCOM_JOB = "kubetrain_job"
+from kubetrain.operators.identity import XCOM_JOB
 
 
 class TrainingJobLink(BaseOperatorLink):

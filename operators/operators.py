@@ -20,35 +20,35 @@ Cancellation: ``on_kill`` (and the trigger's ``on_kill`` on 3.3+) deletes or
 suspends this task instance's job only (``on_kill_action``); after a normal finish ``on_finish_action``
 deletes it, deletes it only when it succeeded, or keeps it (the default; set
 ``ttl_seconds_after_finished`` to let the controller clean up).
+
+The operator's concerns live beside it: ``identity`` (which task instance a job belongs to),
+``manifests`` (the arguments and the manifest), ``waiting`` (in the worker or deferred), and
+``kubetrain.client.attempt`` (the wait, the result and its delivery, shared with the KFP launchers and
+the CLI). What stays here is the task's course -- submit or reattach, wait, return, clean up -- and
+the check that a deletion does not take the checkpoints' claim with the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
-import hashlib
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jinja2
 import yaml
 from kubernetes_asyncio.client import ApiException
 
 from kubetrain import naming
 from kubetrain.api import v2
-from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, v1_kind
-from kubetrain.client import AsyncJobClient, JobClient, JobFailedError, builders, kinds, lineage
-from kubetrain.client.builders import JobSpec
+from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME
+from kubetrain.client import AsyncJobClient, JobFailedError, attempt, kinds, lineage
 from kubetrain.client.errors import InvalidJobError, JobError, LineageError
-from kubetrain.operators import templating
 from kubetrain.operators.compat import AirflowException, BaseOperator, ResumableJobMixin, conf
 from kubetrain.operators.hooks import ClusterConnection, KubetrainHook
+from kubetrain.operators.identity import XCOM_JOB, job_ref, task_lineage
 from kubetrain.operators.links import TrainingJobLink
-from kubetrain.operators.triggers import JobTrigger, status_line
+from kubetrain.operators.manifests import ManifestMixin
+from kubetrain.operators.waiting import WaitingMixin
 from kubetrain.trainjob import build as trainjob_runtime
 from kubetrain.trainjob.outputs import (
     ClaimMount,
@@ -59,45 +59,12 @@ from kubetrain.trainjob.outputs import (
 from kubetrain.trainjob.state import BuildError
 
 Obj = dict[str, Any]
-ON_FINISH = ("delete", "delete_succeeded", "keep")
-ON_KILL = ("delete", "suspend", "keep")
-XCOM_JOB = "kubetrain_job"
-LABEL_DAG = naming.LABEL_DAG_ID
-LABEL_TASK = naming.LABEL_TASK_ID
-LABEL_RUN = naming.LABEL_RUN_ID
-LABEL_MAP = naming.LABEL_MAP_INDEX
-LABEL_TRY = naming.LABEL_TRY_NUMBER
 
 _Bases: tuple[type, ...] = (
-    (ResumableJobMixin, BaseOperator) if ResumableJobMixin is not None else (BaseOperator,)
+    (ManifestMixin, WaitingMixin, ResumableJobMixin, BaseOperator)
+    if ResumableJobMixin is not None
+    else (ManifestMixin, WaitingMixin, BaseOperator)
 )
-
-
-def task_identity(context: Mapping[str, Any]) -> dict[str, str]:
-    """Readable labels of a task instance's job (the try number separately), for people and kubectl.
-    Label values lose characters, so retries never search by them: see ``task_lineage``."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    mapped = map_index is not None and map_index >= 0
-    return {
-        LABEL_DAG: naming.label_value(ti.dag_id),
-        LABEL_TASK: naming.label_value(ti.task_id),
-        LABEL_RUN: naming.label_value(ti.run_id),
-        LABEL_MAP: str(map_index) if mapped else "none",
-    }
-
-
-def task_lineage(context: Mapping[str, Any]) -> lineage.Identity:
-    """The full identity of a task instance: how every try finds the jobs of the ones before."""
-    ti = context["ti"]
-    return lineage.Identity.airflow(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
-
-
-def derived_name(context: Mapping[str, Any]) -> str:
-    """``<task>-<hash of dag, task, run, map index>``: the same on every try of one task instance."""
-    ti = context["ti"]
-    digest = hashlib.sha1(f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{getattr(ti, 'map_index', -1)}".encode())
-    return naming.dns_label(f"{ti.task_id}-{digest.hexdigest()[:8]}")
 
 
 # -- outputs that outlive their job ---------------------------------------------------------------------
@@ -330,189 +297,6 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self._check_arguments()
         self._check_queue()
 
-    # -- arguments -------------------------------------------------------------------------------
-    def _check_arguments(self) -> None:
-        """Reject bad arguments when the DAG is parsed, naming them."""
-        if self.on_finish_action not in ON_FINISH:
-            raise ValueError(
-                f"on_finish_action must be one of {', '.join(ON_FINISH)} (got {self.on_finish_action!r})"
-            )
-        if self.on_kill_action not in ON_KILL:
-            raise ValueError(
-                f"on_kill_action must be one of {', '.join(ON_KILL)} (got {self.on_kill_action!r})"
-            )
-        if self.status_interval <= 0:
-            raise ValueError(f"status_interval must be positive (got {self.status_interval!r})")
-        if self.job is not None:
-            shaping = {
-                "image": self.image,
-                "command": self.command,
-                "args": self.args,
-                "env": self.env,
-                "runtime": self.runtime,
-                "resources": self.resources,
-            }
-            given = sorted(k for k, v in shaping.items() if v)
-            if given:
-                raise ValueError(
-                    f"pass either job (a full manifest) or convenience arguments, not both: {given}"
-                )
-            if isinstance(self.job, str) and "\n" in self.job and not templating.is_whole_template(self.job):
-                templating.parse_manifest_text(
-                    self.job
-                )  # a manifest that only parses once rendered is refused now
-        elif not self.image and not _templated(self.image):
-            raise ValueError("image is required when no job manifest is given")
-        if self.kind == "TrainJob" and self.job is None and not self.runtime:
-            raise ValueError("runtime is required for a TrainJob, e.g. runtime='torch-distributed'")
-
-    def _check_queue(self) -> None:
-        """``queue_name`` and ``priority_class`` name Kueue objects: checked when the DAG is parsed unless
-        templated (then when the task runs)."""
-        if _templated(self.queue_name) or _templated(self.priority_class):
-            return
-        try:
-            builders.queue_labels(self.queue_name, self.priority_class)
-        except InvalidJobError as exc:
-            raise ValueError(str(exc)) from None
-
-    def _manifest_kind(self, kind: str | None) -> str:
-        """A manifest's kind becomes the task's (its retries look for jobs of that kind); one that
-        contradicts the operator's kind is refused."""
-        if not kind:
-            return self.kind
-        try:
-            found = kinds.kind_of(kind).kind
-        except ValueError as exc:
-            raise AirflowException(f"job: {exc}") from None
-        if found != self.kind and self._kind_given:
-            raise AirflowException(
-                f"job is a {found} but this task runs {self.kind}s; use TrainingJobOperator for a {found}"
-            )
-        self.kind = found
-        return found
-
-    def build_manifest(self, context: Mapping[str, Any]) -> Obj:
-        """The job to submit: the manifest given, or one built from the arguments; with identity labels."""
-        name = self.name or derived_name(context)
-        if self.job is not None:
-            body = self._load_manifest(self.job)
-            body.setdefault("metadata", {})
-            body["metadata"].setdefault("name", name)
-            body["kind"] = self._manifest_kind(body.get("kind"))
-        else:
-            spec = JobSpec(
-                name=name,
-                image=str(self.image),
-                command=self.command,
-                args=self.args,
-                env=self.env,
-                gpus=self.gpus,
-                resources=self.resources,
-                checkpoint_dir=self.checkpoint_dir,
-                checkpoint_volume=self.checkpoint_volume,
-                checkpoint_secret=self.checkpoint_secret,
-                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
-                active_deadline_seconds=self.active_deadline_seconds,
-                backoff_limit=self.backoff_limit,
-                stall_timeout_seconds=self.stall_timeout_seconds,
-                clean_pod_policy=self.clean_pod_policy,
-                restart_policy=self.restart_policy,
-                scheduling=self.scheduling,
-                node_selector=self.node_selector,
-                tolerations=self.tolerations,
-                working_dir=self.working_dir,
-                labels=self.labels,
-                annotations=self.annotations,
-            )
-            if self.kind == "TrainJob":
-                body = builders.trainjob(spec, runtime=str(self.runtime), num_nodes=self.num_nodes)
-            elif self.kind == "PyTorchJob":
-                body = builders.pytorchjob(spec, num_workers=self.num_workers)
-            else:
-                body = builders.v1_job(self.kind, spec, replicas=self._replicas())
-        meta = body["metadata"]
-        meta.setdefault("labels", {}).update(
-            {
-                **builders.queue_labels(self.queue_name, self.priority_class),
-                **task_identity(context),
-                LABEL_TRY: str(context["ti"].try_number),
-            }
-        )
-        meta["labels"].setdefault(naming.LABEL_LINEAGE, meta["name"])
-        meta.setdefault("annotations", {}).setdefault(naming.ANNOTATION_ATTEMPT, "1")
-        return body
-
-    def _replicas(self) -> dict[str, int]:
-        leaders = v1_kind(
-            self.kind
-        ).leaders  # Workers alone can run the job, unless they cannot decide success
-        first = {} if "Worker" in leaders else {leaders[0]: 1}
-        return {**first, "Worker": self.num_workers}
-
-    @staticmethod
-    def _load_manifest(job: Obj | str) -> Obj:
-        if isinstance(job, Mapping):
-            return dict(job)
-        text = job
-        if "\n" not in job and Path(job).suffix in (".yaml", ".yml", ".json") and Path(job).exists():
-            text = Path(job).read_text()
-        return templating.parse_manifest_text(text)
-
-    def render_template(
-        self,
-        content: Any,
-        context: Any,
-        jinja_env: jinja2.Environment | None = None,
-        seen_oids: set[int] | None = None,
-    ) -> Any:
-        """Airflow renders every template field through here (mapped tasks too), each value by value
-        (``operators.templating``): ``job`` is parsed first, then its values rendered; no template
-        renders into structure."""
-        field = self._template_field_holding(content)
-        if field is None or not isinstance(content, str | Mapping | list | tuple):
-            return super().render_template(content, context, jinja_env, seen_oids)
-        env = jinja_env or self.get_template_env()
-
-        def render(text: str) -> Any:
-            # Airflow's own rendering of one string: text, or native objects when the DAG asks for them.
-            return self._render(env.from_string(text), context)
-
-        def resolve(value: Any) -> Any:  # an XComArg or another object a DAG put in a field's list
-            return super(TrainingJobOperator, self).render_template(value, context, jinja_env, seen_oids)
-
-        if field != "job":
-            return templating.render_field(field, content, render, resolve)
-        if isinstance(content, str) and templating.is_whole_template(content):
-            whole = render(content)
-            manifest = (
-                dict(whole) if isinstance(whole, Mapping) else templating.parse_manifest_text(str(whole))
-            )
-            return templating.refuse_control_keys(manifest)
-        template = (
-            templating.parse_manifest_text(self._manifest_source(content, env))
-            if isinstance(content, str)
-            else content
-        )
-        return templating.render_manifest_leaves(template, render, resolve=resolve)
-
-    def _template_field_holding(self, content: Any) -> str | None:
-        """The template field whose value ``content`` is (Airflow passes values, not names)."""
-        return next((name for name in self.template_fields if getattr(self, name, None) is content), None)
-
-    def _manifest_source(self, job: str, env: jinja2.Environment) -> str:
-        """The text of ``job``: itself, or the file it names, looked up as Airflow looks up template files
-        (the DAG's folder and ``template_searchpath``), else as a path."""
-        if "\n" in job or not job.endswith(tuple(self.template_ext)):
-            return job
-        if env.loader is not None:
-            with contextlib.suppress(jinja2.TemplateNotFound):
-                source: str = env.loader.get_source(env, job)[0]
-                return source
-        if Path(job).is_file():
-            return Path(job).read_text()
-        raise InvalidJobError(f"job: no manifest file {job!r} in the DAG folder or template_searchpath")
-
     def _connection(self) -> ClusterConnection:
         return KubetrainHook(conn_id=self.kubernetes_conn_id).cluster_connection()
 
@@ -540,7 +324,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
                 raise AirflowException(str(exc)) from None
         self._check_outputs_outlive_the_job()
         prepared = self._start_or_continue(context)
-        ref = _ref(prepared.job)
+        ref = job_ref(prepared.job)
         if prepared.decision.action is lineage.Action.REATTACH and kinds.state(prepared.job) == "Succeeded":
             self._current = prepared.job  # an earlier try's job already succeeded: its result is ours
             return self.get_job_result(ref, context)
@@ -565,10 +349,10 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     def _start_or_continue(self, context: Any) -> lineage.Prepared:
         """Reattach to, resume or submit this task instance's job, as its lineage's attempts say."""
         try:
-            prepared = self._client.prepare_attempt(self.lineage_request(context), log=self.log.info)
+            prepared = attempt.prepare(self._client, self.lineage_request(context), log=self.log.info)
         except LineageError as exc:
             raise AirflowException(str(exc)) from None
-        ref = _ref(prepared.job)
+        ref = job_ref(prepared.job)
         self._job_ref = ref
         context["ti"].xcom_push(key=XCOM_JOB, value=ref)
         store = context.get("task_state_store") if getattr(self, "durable", False) else None
@@ -583,7 +367,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
 
     # ResumableJobMixin (Airflow 3.3+) ----------------------------------------------------------
     def submit_job(self, context: Any) -> dict[str, str]:
-        return _ref(self._start_or_continue(context).job)
+        return job_ref(self._start_or_continue(context).job)
 
     def get_job_status(self, external_id: dict[str, str], context: Any) -> str:
         job = self._client.get(external_id["kind"], external_id["name"], external_id["namespace"])
@@ -602,6 +386,11 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         if self.deferrable:
             self._defer(external_id, context)
         job = self._wait_in_worker(external_id)
+        try:
+            attempt.finish(self._client, job)
+        except JobFailedError as exc:
+            self._finish(job)
+            raise AirflowException(str(exc)) from None
         self._current = job
 
     def get_job_result(self, external_id: dict[str, str], context: Any) -> Obj:
@@ -612,89 +401,6 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
         self._mark_delivered(job)
         self._finish(job)
         return result
-
-    # -- waiting ---------------------------------------------------------------------------------
-    def _wait_in_worker(self, ref: dict[str, str]) -> Obj:
-        """Wait with a status line every ``status_interval`` seconds and rank 0's log in the task log."""
-        client = self._client
-        latest: Obj | None = None
-        with self._logs_streamed(ref):
-            while True:
-                for job in client.watch(
-                    ref["kind"], ref["name"], ref["namespace"], timeout=self.status_interval
-                ):
-                    latest = job
-                    if self._killed or kinds.is_finished(job):
-                        break
-                if latest is None:
-                    raise AirflowException(f"{ref['kind']} {ref['namespace']}/{ref['name']} disappeared")
-                self._log_status(latest)
-                if self._killed:
-                    raise AirflowException(
-                        f"the task was killed; the job was handled per on_kill_action ({self.on_kill_action})"
-                    )
-                if kinds.is_finished(latest):
-                    break
-        try:
-            return client.check(latest)
-        except JobFailedError as exc:
-            self._finish(latest)
-            raise AirflowException(str(exc)) from None
-
-    def _log_status(self, job: Obj) -> None:
-        """The job's status line, and why its pending pods are not scheduled."""
-        self.log.info("%s", status_line(job, waiting=self._client.admission_wait(job)))
-        if kinds.state(job) == "Pending":
-            for reason in self._client.pending_reasons(job):
-                self.log.warning("pod not scheduled: %s", reason)
-
-    @contextlib.contextmanager
-    def _logs_streamed(self, ref: dict[str, str]) -> Iterator[None]:
-        """With ``get_logs``: rank 0's log goes to the task log, from a thread, while inside."""
-        if not self.get_logs:
-            yield
-            return
-        job = self._client.require(ref["kind"], ref["name"], ref["namespace"])
-        stop = threading.Event()
-        follower = threading.Thread(target=self._stream_logs, args=(job, stop), daemon=True)
-        follower.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            follower.join(5)
-
-    def _stream_logs(self, job: Obj, stop: threading.Event) -> None:
-        try:
-            for line in self._client.follow_logs(job):
-                self.log.info("[%s] %s", _rank0_name(job), line)
-                if stop.is_set():
-                    return
-        except Exception as exc:  # logs are a convenience: never fail the task over them
-            self.log.warning("stopped streaming logs: %s", exc)
-
-    def _defer(self, ref: dict[str, str], context: Any) -> None:
-        deadline = None
-        timeout = None
-        if self.execution_timeout:
-            started = context["ti"].start_date or dt.datetime.now(dt.UTC)
-            deadline = (started + self.execution_timeout).timestamp()
-            timeout = max(dt.timedelta(seconds=1), dt.timedelta(seconds=deadline - time.time()))
-        self.defer(
-            trigger=JobTrigger(
-                kind=ref["kind"],
-                name=ref["name"],
-                namespace=ref["namespace"],
-                kubernetes_conn_id=self.kubernetes_conn_id,  # the triggerer reads the connection itself
-                uid=ref.get("uid") or None,
-                deadline=deadline,
-                status_interval=self.status_interval,
-                on_kill_action=self.on_kill_action,
-                get_logs=self.get_logs,
-            ),
-            method_name="execute_complete",
-            timeout=timeout,
-        )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Obj:
         """Resume after the trigger: return the result, or fail with the job's reason and log tail."""
@@ -729,19 +435,18 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
 
     # -- results and cleanup ---------------------------------------------------------------------
     def _result(self, job: Obj) -> Obj:
-        report = JobClient.report(job)
-        annotations = job["metadata"].get("annotations") or {}
+        """The task's return value (its ``return_value`` XCom): what the finished job reported."""
+        result = attempt.Result.of(job)
         return {
-            "kind": job["kind"],
-            "name": job["metadata"]["name"],
-            "namespace": job["metadata"]["namespace"],
-            "uid": job["metadata"].get("uid"),
-            "state": kinds.state(job),
-            "attempt": int(annotations.get(naming.ANNOTATION_ATTEMPT, "1") or 1),
-            "last_checkpoint": annotations.get(naming.ANNOTATION_LAST_CHECKPOINT)
-            or report.get("last_checkpoint"),
-            "metrics": report.get("metrics") or {},
-            "report": report,
+            "kind": result.kind,
+            "name": result.name,
+            "namespace": result.namespace,
+            "uid": result.uid,
+            "state": result.state,
+            "attempt": result.attempt,
+            "last_checkpoint": result.last_checkpoint,
+            "metrics": result.metrics,
+            "report": result.report,
         }
 
     def _output_refusal(self, job: Obj, runtime: Obj | None, deleter: str | None = None) -> str | None:
@@ -815,13 +520,8 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
     def _mark_delivered(self, job: Obj) -> None:
         """With ``rerun_on_clear``: note on the job that this task returned its result, so a later run of
         the task instance knows it was cleared (train again), not retried after a lost worker (return it)."""
-        if not self.rerun_on_clear:
-            return
-        meta = job["metadata"]
-        with contextlib.suppress(JobError):  # gone already (a TTL): the next run starts afresh anyway
-            self._client.annotate(
-                job["kind"], meta["name"], meta["namespace"], {naming.ANNOTATION_RESULT_DELIVERED: "true"}
-            )
+        if self.rerun_on_clear:
+            attempt.mark_delivered(self._client, job)
 
     def _kill_job(self, kind: str, name: str, namespace: str) -> None:
         if self.on_kill_action == "keep":
@@ -856,7 +556,7 @@ class TrainingJobOperator(*_Bases):  # type: ignore[misc]
             return None
         if job is None or lineage.Identity.of_job(job) != task_lineage(context):
             return None
-        return _ref(job)
+        return job_ref(job)
 
 
 class PyTorchJobOperator(TrainingJobOperator):
@@ -871,21 +571,3 @@ class TrainJobOperator(TrainingJobOperator):
 
     default_kind = "TrainJob"
     only_default_kind = True
-
-
-def _ref(job: Obj) -> dict[str, str]:
-    meta = job["metadata"]
-    return {
-        "kind": job["kind"],
-        "name": meta["name"],
-        "namespace": meta["namespace"],
-        "uid": meta.get("uid", ""),
-    }
-
-
-def _rank0_name(job: Obj) -> str:
-    return f"{job['metadata']['name']} rank 0"
-
-
-def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value

@@ -4,7 +4,8 @@
 track, wait for, stream the logs of, delete, suspend and resubmit training jobs;
 ``builders`` turns a handful of arguments into a PyTorchJob or TrainJob manifest;
 ``lineage`` is the one lifecycle of a training run's attempts (find the earlier ones,
-then reattach, resume, wait or resubmit) that Airflow, KFP and the CLI share.
+then reattach, resume, wait or resubmit) that Airflow, KFP and the CLI share; ``attempt`` runs one
+attempt for them (prepare, follow with status lines, result, finish).
 
 The two clients are imported when first asked for: they need ``kubernetes_asyncio``'s generated API,
 and the pure modules here (``kinds``, ``lineage``) are also read by the controller, which does without

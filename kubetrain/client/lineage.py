@@ -30,11 +30,14 @@ take over, resubmit or delete another caller's job. So the rules live here, once
   log, then fails naming the pods; and nothing starts or resumes while such another lineage runs.
 
 ``find`` and ``prepare`` are the thin I/O around ``decide``; the sync ``JobClient`` runs them too.
+They take any client with the few verbs ``LineageClient`` names (``AsyncJobClient`` has them), so this
+module does not import the client that calls it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import enum
 import hashlib
@@ -42,14 +45,11 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kubetrain import naming
 from kubetrain.client import kinds
 from kubetrain.client.errors import JobExistsError, LineageError
-
-if TYPE_CHECKING:
-    from kubetrain.client.aio import AsyncJobClient
 
 Obj = dict[str, Any]
 POD_WAIT_SECONDS = 300.0  # how long a caller waits for an earlier attempt's pods to end, by default
@@ -504,6 +504,22 @@ def resume_request(job: Obj) -> Request:
 
 
 # -- I/O ----------------------------------------------------------------------------------------
+class LineageClient(Protocol):
+    """What ``find`` and ``prepare`` ask of a client: ``AsyncJobClient``'s verbs of those names."""
+
+    async def list(
+        self, *, kind: str | None = None, namespace: str | None = None, label_selector: str | None = None
+    ) -> builtins.list[Obj]: ...
+
+    async def pods_matching(self, namespace: str, label_selector: str) -> builtins.list[Any]: ...
+
+    async def get(self, kind: str, name: str, namespace: str) -> Obj | None: ...
+
+    async def create(self, manifest: Obj, *, namespace: str | None = None) -> Obj: ...
+
+    async def set_suspended(self, kind: str, name: str, namespace: str, suspended: bool) -> Obj: ...
+
+
 @dataclass(frozen=True)
 class Prepared:
     """What ``prepare`` did, and the job the caller waits for (or returns, when it succeeded)."""
@@ -513,7 +529,7 @@ class Prepared:
 
 
 async def find(
-    client: AsyncJobClient, kind: str, namespace: str, identity: Identity, *, include: Sequence[Obj] = ()
+    client: LineageClient, kind: str, namespace: str, identity: Identity, *, include: Sequence[Obj] = ()
 ) -> list[Attempt]:
     """Every job labelled with ``identity``'s hash (plus ``include``), with its live pods."""
     selector = f"{naming.LABEL_IDENTITY_HASH}={identity.hash}"
@@ -527,7 +543,7 @@ async def find(
 
 
 async def _live_pods(
-    client: AsyncJobClient, kind: str, namespace: str, jobs: Sequence[Obj]
+    client: LineageClient, kind: str, namespace: str, jobs: Sequence[Obj]
 ) -> dict[str, tuple[str, ...]]:
     """Pending or Running pods, by the uid of the job owning them.
 
@@ -550,7 +566,7 @@ async def _live_pods(
 
 
 async def prepare(
-    client: AsyncJobClient,
+    client: LineageClient,
     request: Request,
     *,
     log: Callable[[str], None] = print,
@@ -590,7 +606,7 @@ async def prepare(
         return Prepared(decision, job)
 
 
-async def _act(client: AsyncJobClient, request: Request, decision: Decision) -> Obj | None:
+async def _act(client: LineageClient, request: Request, decision: Decision) -> Obj | None:
     current = decision.current
     if decision.action is Action.REATTACH and current is not None:
         return current.job

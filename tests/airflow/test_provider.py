@@ -10,7 +10,7 @@ import pytest
 
 from kubetrain.operators import JobTrigger, PyTorchJobOperator, TrainingJobOperator, TrainJobOperator
 from kubetrain.operators.compat import AirflowException
-from kubetrain.operators.operators import derived_name, task_identity, task_lineage
+from kubetrain.operators.identity import derived_name, task_identity, task_lineage
 from kubetrain.operators.provider import get_provider_info
 from tests.airflow.support import task_context
 from tests.docs_commands import python_blocks
