@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.state import Obj
+from kubetrain.api.objects import Obj
 
 SHARED_STRINGS = 1 << 16  # the most strings the table holds before it starts over
 SHARED_LENGTH = 64  # longer strings (messages, last-applied configurations) are rarely repeated

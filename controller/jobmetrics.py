@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kubetrain.api.objects import Obj
 from kubetrain.client import kinds
-from kubetrain.controller.state import Obj
 
 MAX_METRICS = 8
 MAX_JOBS = 500

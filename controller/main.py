@@ -28,11 +28,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubetrain import naming
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, JOBS, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.api.objects import Obj
 from kubetrain.controller import cached, metrics, preflight
 from kubetrain.controller.core.skeleton import OWNER_INDEX, JobReconciler, Settings, Shared
 from kubetrain.controller.options import Options, split_address
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.state import Obj
 from kubetrain.controller.statusserver.server import StatusServer
 from kubetrain.controller.trainjob.reconciler import TrainJobReconciler
 from kubetrain.controller.v1 import frameworks

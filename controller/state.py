@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kubetrain.api.objects import EnvVar, JobIdentity, Obj, Replica, section
-
-__all__ = ["EnvVar", "JobIdentity", "JobView", "Obj", "PodPlugin", "Replica", "section"]
+from kubetrain.api.objects import Obj, Replica
 
 
 class JobView(Protocol):

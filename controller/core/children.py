@@ -10,7 +10,8 @@ import copy
 from collections.abc import Sequence
 
 from kubetrain import naming
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.api.objects import Obj
+from kubetrain.controller.state import PodPlugin
 from kubetrain.controller.v1.frameworks.base import JobInfo, replica_labels
 
 

@@ -11,8 +11,8 @@ that instant loses the report, as it would lose a pod's logs.
 
 from __future__ import annotations
 
+from kubetrain.api.objects import Obj
 from kubetrain.controller.core.observe import termination_report
-from kubetrain.controller.state import Obj
 
 
 class DepartedPods:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kubetrain.api.objects import Obj
 from kubetrain.controller.core.departed import DepartedPods
-from kubetrain.controller.state import Obj
 from kubetrain.kube.expectations import Expectations
 from kubetrain.kube.informer import Handler
 from kubetrain.kube.resources import Resource

@@ -31,10 +31,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.api.objects import Obj
 from kubetrain.checkpoint import EXIT_FENCED
 from kubetrain.client.kinds import disruption, disruption_condition
 from kubetrain.controller.core.children import replica_of
-from kubetrain.controller.state import Obj
 from kubetrain.controller.v1.frameworks.base import JobInfo, PodsByReplica, ReplicaCounts
 
 FENCED = "Fenced"  # the job failure reason when a newer attempt fenced its pods off

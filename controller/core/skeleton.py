@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import NotRequired, Protocol, TypedDict, TypeVar, Unpack
 
 from kubetrain import naming
+from kubetrain.api.objects import JobIdentity, Obj
 from kubetrain.controller import metrics
 from kubetrain.controller.core import conditions as cond
 from kubetrain.controller.core import handlers
@@ -31,7 +32,7 @@ from kubetrain.controller.core.writes import ChildRejectedError, ChildWriter, Re
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.plugins.gpu import gpus_requested
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.state import JobIdentity, Obj, PodPlugin
+from kubetrain.controller.state import PodPlugin
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, WARNING, EventRecorder
 from kubetrain.kube.expectations import Expectations

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubetrain import naming
+from kubetrain.api.objects import Obj
 from kubetrain.controller.core.skeleton import parse_time, rfc3339
-from kubetrain.controller.state import Obj
 
 STALLED = "Stalled"
 

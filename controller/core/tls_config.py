@@ -6,9 +6,9 @@ restart without ``--status-server-cert-dir``) updates it, and new pods trust the
 
 from __future__ import annotations
 
+from kubetrain.api.objects import JobIdentity, Obj
 from kubetrain.controller.core.writes import check_existing, require_ours
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.state import JobIdentity, Obj
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import CONFIGMAPS

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
-from kubetrain.controller.state import Obj
+from kubetrain.api.objects import Obj
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.events import NORMAL, WARNING, EventRecorder

@@ -17,7 +17,8 @@ same directory is not taken for a stale attempt of that job.
 from __future__ import annotations
 
 from kubetrain import naming
-from kubetrain.controller.state import JobIdentity, JobView, Obj
+from kubetrain.api.objects import JobIdentity, Obj
+from kubetrain.controller.state import JobView
 from kubetrain.controller.v1.frameworks.base import env_value
 from kubetrain.locations import is_url
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from kubetrain import naming, quantity
-from kubetrain.controller.state import JobView, Obj
+from kubetrain.api.objects import Obj
+from kubetrain.controller.state import JobView
 from kubetrain.kube.resources import (
     COSCHEDULING_POD_GROUPS,
     NATIVE_POD_GROUPS,

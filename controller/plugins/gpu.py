@@ -11,7 +11,8 @@ it is reported as a warning on the job.
 from __future__ import annotations
 
 from kubetrain import naming, quantity
-from kubetrain.controller.state import JobView, Obj
+from kubetrain.api.objects import Obj
+from kubetrain.controller.state import JobView
 from kubetrain.controller.v1.frameworks.base import JobInfo
 
 

@@ -12,7 +12,8 @@ affected: the kubelet only falls back when the message file is empty.
 
 from __future__ import annotations
 
-from kubetrain.controller.state import JobView, Obj
+from kubetrain.api.objects import Obj
+from kubetrain.controller.state import JobView
 
 FALLBACK_TO_LOGS = "FallbackToLogsOnError"
 

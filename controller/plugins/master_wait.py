@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetrain.controller.state import JobView, Obj
+from kubetrain.api.objects import Obj
+from kubetrain.controller.state import JobView
 
 
 @dataclass

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from kubetrain import naming
 from kubetrain.api.kinds import job_kind
-from kubetrain.controller.state import JobIdentity, JobView, Obj
+from kubetrain.api.objects import JobIdentity, Obj
+from kubetrain.controller.state import JobView
 from kubetrain.controller.statusserver.authz import status_path
 from kubetrain.controller.v1.frameworks.base import env_value
 from kubetrain.trainjob.state import TrainJobInfo

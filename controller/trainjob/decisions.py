@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from kubetrain import naming
 from kubetrain.api.kinds import TRAINJOB
+from kubetrain.api.objects import Obj
 from kubetrain.client.kinds import disruption
 from kubetrain.controller import diagnosis
 from kubetrain.controller.core import conditions as cond
@@ -59,7 +60,7 @@ from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangScheduler, TrainJobGangPlugin, trainjob_gang
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import PodPlugin
 from kubetrain.controller.trainjob import jobset
 from kubetrain.controller.v1.decisions import Event, Finish
 from kubetrain.kube.events import NORMAL, WARNING

@@ -36,9 +36,9 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.api import v2
+from kubetrain.api.objects import Obj
 from kubetrain.controller.core.observe import NO_EXIT_CODE, exit_code
 from kubetrain.controller.core.skeleton import parse_time
-from kubetrain.controller.state import Obj
 from kubetrain.trainjob.state import DEFAULT_BACKOFF_LIMIT, NODE, PodSet
 
 # The reasons a failed Job gives, as the Job controller words them (JobSet's rules match on these).

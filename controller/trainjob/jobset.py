@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain import naming
+from kubetrain.api.objects import Obj, section
 from kubetrain.client.kinds import disruption_condition
 from kubetrain.controller.core import restarts
 from kubetrain.controller.core.observe import restart_count
 from kubetrain.controller.core.skeleton import gpu_seconds, parse_time, rfc3339
-from kubetrain.controller.state import Obj, PodPlugin, section
+from kubetrain.controller.state import PodPlugin
 from kubetrain.controller.trainjob.indexedjob import (
     FAIL_INDEX,
     FAIL_JOB,

@@ -41,6 +41,7 @@ import yaml
 from kubetrain import naming
 from kubetrain.api import v2
 from kubetrain.api.kinds import CLUSTER_TRAINING_RUNTIME, RUNTIMES, TRAINING_RUNTIME, TRAINJOB
+from kubetrain.api.objects import JobIdentity, Obj
 from kubetrain.controller.core.conditions import DELETION_HELD
 from kubetrain.controller.core.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
 from kubetrain.controller.core.tls_config import sync_tls_config
@@ -53,7 +54,6 @@ from kubetrain.controller.core.writes import (
     require_ours,
 )
 from kubetrain.controller.plugins.gang import GangScheduler
-from kubetrain.controller.state import JobIdentity, Obj
 from kubetrain.controller.trainjob import jobset
 from kubetrain.controller.trainjob.decisions import (
     BUILD_ERROR,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kubetrain import naming
+from kubetrain.api.objects import Obj
 from kubetrain.controller import diagnosis
 from kubetrain.controller.core import conditions as cond
 from kubetrain.controller.core import restarts, stalls
@@ -60,7 +61,7 @@ from kubetrain.controller.core.observe import (
 from kubetrain.controller.core.skeleton import gpu_seconds, parse_time, rfc3339, seconds_left
 from kubetrain.controller.plugins.gang import GangScheduler
 from kubetrain.controller.plugins.gpu import lopsided_gpu_warning
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import PodPlugin
 from kubetrain.controller.v1.frameworks.base import Framework, JobInfo, job_info, replica_labels
 from kubetrain.kube.events import NORMAL, WARNING
 from kubetrain.kube.patch import merge_patch

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Unpack
 
+from kubetrain.api.objects import Obj
 from kubetrain.controller.core import conditions as cond
 from kubetrain.controller.core.skeleton import OWNER_INDEX, JobReconciler, Pass, Shared
 from kubetrain.controller.core.tls_config import sync_tls_config
@@ -48,7 +49,7 @@ from kubetrain.controller.plugins.checkpoint import CheckpointPlugin
 from kubetrain.controller.plugins.gang import GangPlugin
 from kubetrain.controller.plugins.gpu import GpuPlugin
 from kubetrain.controller.plugins.logtail import LogTailPlugin
-from kubetrain.controller.state import Obj, PodPlugin
+from kubetrain.controller.state import PodPlugin
 from kubetrain.controller.v1.decisions import (
     Counter,
     Decision,

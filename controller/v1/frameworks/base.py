@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from kubetrain import naming
 from kubetrain.api.kinds import V1Kind
-from kubetrain.controller.state import EnvVar, JobIdentity, Obj, Replica, section
+from kubetrain.api.objects import EnvVar, JobIdentity, Obj, Replica, section
 
 
 @dataclass

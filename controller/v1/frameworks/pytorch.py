@@ -8,7 +8,7 @@ operator see the same environment.
 from __future__ import annotations
 
 from kubetrain.api.kinds import PYTORCHJOB
-from kubetrain.controller.state import EnvVar, Obj
+from kubetrain.api.objects import EnvVar, Obj
 from kubetrain.controller.v1.frameworks.base import (
     Framework,
     JobInfo,

@@ -10,7 +10,7 @@ import json
 import os
 
 from kubetrain.api.kinds import TFJOB
-from kubetrain.controller.state import EnvVar, Obj
+from kubetrain.api.objects import EnvVar, Obj
 from kubetrain.controller.v1.frameworks.base import (
     Framework,
     JobInfo,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kubetrain.api.kinds import XGBOOSTJOB
-from kubetrain.controller.state import EnvVar
+from kubetrain.api.objects import EnvVar
 from kubetrain.controller.v1.frameworks.base import Framework, JobInfo, env_value
 
 

@@ -15,9 +15,9 @@ from aiohttp.test_utils import make_mocked_request
 
 from kubetrain import naming
 from kubetrain.api.kinds import PYTORCHJOB, TRAINJOB
+from kubetrain.api.objects import JobIdentity
 from kubetrain.controller.core import children
 from kubetrain.controller.plugins.status_server import StatusServerPlugin
-from kubetrain.controller.state import JobIdentity
 from kubetrain.controller.statusserver import admission
 from kubetrain.controller.statusserver.authz import (
     POD_NAME_EXTRA,
