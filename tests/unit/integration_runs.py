@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubetrain.checkpoint import EXIT_TERMINATED
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,3 +54,19 @@ def run_worker(module: str, directory: Path, *args: str, report: Path) -> Run:
 def trained_steps(directory: Path) -> list[int]:
     """The global step after each optimizer step the runs trained, in order."""
     return [int(line) for line in (directory / "steps.txt").read_text().split()]
+
+
+def preempted(module: str, directory: Path, max_steps: int, sigterm_at: int, *args: str) -> Run:
+    """A run sent SIGTERM at ``sigterm_at``: it must stop as a disruption does (exit 143, ``preempted``)."""
+    run = run_worker(
+        module,
+        directory,
+        str(max_steps),
+        "--sigterm-at",
+        str(sigterm_at),
+        *args,
+        report=directory.parent / "report.json",
+    )
+    assert run.code == EXIT_TERMINATED, run.output
+    assert run.report["status"] == "preempted", run.report
+    return run

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.checkpoint import EXIT_TERMINATED
 from kubetrain.integrations.lightning import resume_point
-from tests.unit.integration_runs import run_worker, trained_steps
+from tests.unit.integration_runs import preempted, run_worker, trained_steps
 
 pytestmark = pytest.mark.unit
 WORKER = "tests.unit.lightning_worker"
@@ -16,9 +15,8 @@ WORKER = "tests.unit.lightning_worker"
 
 def test_a_preempted_fit_saves_where_it_stops_and_the_retry_resumes_there(tmp_path: Path) -> None:
     out, report = tmp_path / "out", tmp_path / "report.json"
-    first = run_worker(WORKER, out, "8", "--sigterm-at", "3", report=report)
-    assert first.code == EXIT_TERMINATED, first.output
-    assert first.report["status"] == "preempted" and first.report["step"] == 3
+    first = preempted(WORKER, out, 8, sigterm_at=3)
+    assert first.report["step"] == 3
     assert first.report["last_checkpoint"] == str(out / "preempted-step=3.ckpt") == resume_point(out)
 
     second = run_worker(WORKER, out, "8", report=report)
