@@ -35,7 +35,7 @@ define install_locked
 endef
 
 $(VENV)/.installed: pyproject.toml Makefile requirements/dev.txt | $(UV)
-	@echo ">> creating $(VENV) (kubetrain with the controller, dev, train and objectstore extras; torch is large the first time)"
+	@echo ">> creating $(VENV) (kubetrain with the controller, dev, train, objectstore, hf and lightning extras; torch is large the first time)"
 	@test -x $(PY) || $(UV) venv -q -p $(PYTHON) $(VENV)
 	$(call install_locked,$(PY),requirements/dev.txt)
 	@touch $@
@@ -105,7 +105,7 @@ LOCK = $(COMPILE) pyproject.toml
 
 .PHONY: lock
 lock: | $(UV) ## Re-resolve requirements/*.txt (pinned, hashed) from pyproject.toml and requirements/*.in
-	@$(LOCK) --extra controller --extra dev --extra train --extra objectstore requirements/build.in -o requirements/dev.txt
+	@$(LOCK) --extra controller --extra dev --extra train --extra objectstore --extra hf --extra lightning requirements/build.in -o requirements/dev.txt
 	@$(LOCK) --extra airflow --extra controller --extra dev requirements/airflow3.in requirements/build.in -o requirements/airflow3.txt
 	@$(LOCK) --extra airflow --extra controller --extra dev requirements/airflow2.in requirements/build.in -o requirements/airflow2.txt
 	@$(LOCK) --extra kfp --extra controller --extra dev requirements/build.in -o requirements/kfp.txt

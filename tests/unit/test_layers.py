@@ -37,6 +37,8 @@ LEAVES = (
     "kubetrain.locations",
     "kubetrain.progress",
     "kubetrain.tabular",
+    "kubetrain.layouts",
+    "kubetrain.integrations",
 )
 APPS = (
     "kubetrain.controller",
