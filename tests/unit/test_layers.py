@@ -8,15 +8,21 @@ import no other layer. Applications do not import each other; only the ``kubetra
 them. ``kubernetes_asyncio`` is used by the runtime and the client only, ``prometheus_client`` by the
 controller only.
 
+Within and across packages, no modules import each other in a circle: a circle is a strongly
+connected part of the module import graph, counting every import (in a function or under
+``TYPE_CHECKING`` too), since a circle ties its modules into one unit that can only be read,
+tested and changed as a whole.
+
 Imports are read from the source (``ast``), so the check sees exactly what is written, also in
-modules no test imports. ``KNOWN`` lists the exceptions that remain, each with why; the test fails
-when a new one appears and when a listed one is gone (so the list only shrinks).
+modules no test imports. ``KNOWN`` and ``KNOWN_CIRCLES`` list the exceptions that remain, each with
+why; a test fails when a new one appears and when a listed one is gone (so the lists only shrink).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +75,31 @@ KNOWN = {
     ("kubetrain.operators.triggers", "kubernetes_asyncio"),
 }
 
+KNOWN_CIRCLES = {
+    # The async client starts and continues lineages; a lineage is typed with the client it drives.
+    frozenset({"kubetrain.client.aio", "kubetrain.client.lineage"}),
+    # The checkpoint manager hands sharded, background and object-store saves to the modules that
+    # build on its Checkpoint (imported in the functions that need them, so torch.distributed and
+    # fsspec load only then).
+    frozenset(
+        {
+            "kubetrain.checkpoint",
+            "kubetrain.checkpoint_async",
+            "kubetrain.checkpoint_objects",
+            "kubetrain.checkpoint_sharded",
+        }
+    ),
+    frozenset({"kubetrain.devcluster.certs", "kubetrain.devcluster.pki"}),
+    frozenset({"kubetrain.devcluster.airflow_deploy", "kubetrain.devcluster.cluster"}),
+    frozenset(
+        {
+            "kubetrain.devcluster.processnode.agent",
+            "kubetrain.devcluster.processnode.logserver",
+            "kubetrain.devcluster.processnode.pods",
+        }
+    ),
+}
+
 
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -99,6 +130,60 @@ def imports(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def imported_modules(path: Path, known: Iterable[str]) -> set[str]:
+    """The modules among ``known`` that ``path`` imports, each import naming the most specific one:
+    ``from a.b import c`` imports the module ``a.b.c`` if there is one, else ``a.b``. A package's
+    ``__init__`` that runs first is no edge of its own (every submodule would be in a circle with a
+    package that imports it)."""
+    names = set(known)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name and name not in names:
+                    name = name.rpartition(".")[0]
+                if name:
+                    found.add(name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                member = f"{node.module}.{alias.name}"
+                if member in names:
+                    found.add(member)
+                elif node.module in names:
+                    found.add(node.module)
+    return found
+
+
+def reachable(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module that ``start`` imports, directly or through others (itself only in a circle)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for imported in graph.get(todo.pop(), set()) - seen:
+            seen.add(imported)
+            todo.append(imported)
+    return seen
+
+
+def circles(graph: Mapping[str, set[str]]) -> set[frozenset[str]]:
+    """The circles of an import graph: each module that reaches itself, with every module it reaches
+    that reaches it back (a strongly connected part of the graph)."""
+    reach = {name: reachable(graph, name) for name in graph}
+    return {
+        frozenset(other for other in reach[name] if name in reach[other])
+        for name in graph
+        if name in reach[name]
+    }
+
+
+def import_circles(sources: dict[str, Path] | None = None) -> set[frozenset[str]]:
+    """The circles among every module (or ``sources``)."""
+    sources = modules() if sources is None else sources
+    graph = {name: imported_modules(path, sources) - {name} for name, path in sources.items()}
+    return circles(graph)
 
 
 def violations(sources: dict[str, Path] | None = None) -> set[tuple[str, str, str]]:
@@ -146,6 +231,34 @@ def test_the_check_sees_each_kind_of_wrong_import(tmp_path: Path) -> None:
         ("kubetrain.kube.upward", "kubetrain.client"),
         ("kubetrain.devcluster.sideways", "kubetrain.controller"),
     }
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    new = import_circles() - KNOWN_CIRCLES
+    listed = "\n".join(f"  {' <-> '.join(sorted(circle))}" for circle in sorted(new, key=sorted))
+    assert not new, f"modules that import each other in a circle (docs/architecture.md):\n{listed}"
+
+
+def test_the_known_circles_still_exist() -> None:
+    gone = KNOWN_CIRCLES - import_circles()
+    assert not gone, f"broken, so remove from KNOWN_CIRCLES: {[sorted(circle) for circle in gone]}"
+
+
+def test_the_check_sees_a_circle_through_a_function_level_import_and_not_through_a_package(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "pkg": "from pkg.a import A\n",  # the package gathers its modules: no circle with them
+        "pkg.a": "from pkg import b\nA = 1\n",
+        "pkg.b": "def late() -> None:\n    import pkg.c\n",
+        "pkg.c": "from pkg.a import A\n",
+        "pkg.d": "from pkg.c import A\n",  # imports the circle, is no part of it
+    }
+    sources = {}
+    for name, text in files.items():
+        sources[name] = tmp_path / f"{name}.py"
+        sources[name].write_text(text)
+    assert import_circles(sources) == {frozenset({"pkg.a", "pkg.b", "pkg.c"})}
 
 
 CONTRACT = re.compile(  # label, annotation and managedBy keys of ours, upstream's and the gang schedulers'
