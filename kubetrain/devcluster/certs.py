@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kubetrain.devcluster.pki import Pki
+from kubetrain.devcluster.pki import Pki, write_tokens
 
 
 def _key() -> rsa.RSAPrivateKey:
@@ -86,6 +86,16 @@ def _cert(
 
 def _write_cert(cert: x509.Certificate, path: Path) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def generate(root: Path) -> Pki:
+    """Create a CA, serving and client certificates, service-account keys and tokens under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    pki = Pki(root)
+    issue_cluster_certs(pki)
+    write_tokens(pki)
+    return pki
 
 
 def issue_cluster_certs(pki: Pki) -> None:

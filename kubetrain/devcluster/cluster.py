@@ -561,7 +561,9 @@ class DevCluster:
         state = ClusterState(ports=ports, pids={}, options=asdict(options), started_at=time.time())
         started = time.monotonic()
         with console.status("generating keys and certificates"):
-            pki.generate(self.pki.root)
+            from kubetrain.devcluster import certs  # only `up` makes keys (see certs)
+
+            certs.generate(self.pki.root)
             self._write_kubeconfigs(state.server)
         self._save_state(state)
         try:

@@ -10,7 +10,8 @@ cluster's objects behind the API server's back. People and
 components authenticate with static bearer tokens, one identity each, so RBAC
 decisions in the logs name who did what. Everything is generated fresh per
 cluster and lives in its state dir; the keys and certificates themselves are
-made by ``certs``, which only ``generate`` imports.
+made by ``certs``, whose ``generate`` writes all of it (this module imports no
+``cryptography``: every ``kubetrain`` command reads it).
 """
 
 from __future__ import annotations
@@ -85,21 +86,14 @@ class Pki:
         raise KeyError(identity)
 
 
-def generate(root: Path) -> Pki:
-    """Create a CA, serving and client certificates, service-account keys and tokens under ``root``."""
-    from kubetrain.devcluster import certs  # only `dev up` makes keys (see certs)
-
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o700)
-    pki = Pki(root)
-    certs.issue_cluster_certs(pki)
+def write_tokens(pki: Pki) -> None:
+    """A fresh bearer token for each identity, in the API server's static token file (owner only)."""
     rows = []
     for identity in IDENTITIES:
         groups = f',"{",".join(identity.groups)}"' if identity.groups else ""
         rows.append(f"{secrets.token_hex(24)},{identity.user},{identity.name}{groups}")
     pki.tokens.write_text("\n".join(rows) + "\n")
     pki.tokens.chmod(0o600)
-    return pki
 
 
 def kubeconfig(*, server: str, ca_cert: Path, token: str, user: str, context: str = "kubetrain-dev") -> str:

@@ -10,13 +10,13 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from kubetrain.devcluster import pki
+from kubetrain.devcluster import certs
 
 
 def test_etcd_takes_a_certificate_only_its_own_ca_signed_and_that_ca_s_key_is_not_kept(
     tmp_path: Path,
 ) -> None:
-    keys = pki.generate(tmp_path / "pki")
+    keys = certs.generate(tmp_path / "pki")
     etcd_ca = x509.load_pem_x509_certificate(keys.etcd_ca_cert.read_bytes())
     cluster_ca = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
     client = x509.load_pem_x509_certificate(keys.etcd_client_cert.read_bytes())
@@ -33,7 +33,7 @@ def test_etcd_takes_a_certificate_only_its_own_ca_signed_and_that_ca_s_key_is_no
 
 
 def test_the_keys_and_tokens_are_readable_by_their_owner_only(tmp_path: Path) -> None:
-    keys = pki.generate(tmp_path / "pki")
+    keys = certs.generate(tmp_path / "pki")
     assert stat.S_IMODE(keys.root.stat().st_mode) == 0o700
     secret = [*keys.root.glob("*.key"), keys.tokens]
     assert len(secret) >= 6

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubetrain.devcluster import faultproxy, pki
+from kubetrain.devcluster import certs, faultproxy, pki
 from kubetrain.devcluster.faultproxy import Call, Exchange, Rule, choose
 from tests.docs_commands import REPO
 
@@ -240,7 +240,7 @@ def test_the_upstream_is_read_from_the_current_context(tmp_path: Path) -> None:
 
 
 def test_a_client_certificate_user_is_presented_upstream(tmp_path: Path) -> None:
-    issued = pki.generate(tmp_path / "pki")
+    issued = certs.generate(tmp_path / "pki")
     upstream = faultproxy.Upstream(
         "https://127.0.0.1:6443",
         ca_pem=issued.ca_cert.read_bytes(),
