@@ -27,13 +27,12 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from kubetrain.devcluster import paths, process
+from kubetrain.devcluster import airflow_state, paths, process
 from kubetrain.devcluster.airflow_api import AirflowApi
 from kubetrain.devcluster.airflow_config import (
     ADMIN,
@@ -51,6 +50,7 @@ from kubetrain.devcluster.airflow_config import (
     render_config,
     setup_commands,
 )
+from kubetrain.devcluster.airflow_state import AirflowState
 from kubetrain.devcluster.cluster import DevCluster
 from kubetrain.devcluster.errors import DevClusterError
 
@@ -67,21 +67,6 @@ class AirflowOptions:
     dags_folder: str = str(REPO / "dags")
     kubeconfig: str | None = None  # what kubernetes_default names (default: the cluster's)
     namespace: str | None = None  # KUBETRAIN_NAMESPACE for the example DAGs
-
-
-@dataclass
-class AirflowState:
-    """What ``state.json`` records about a running deployment."""
-
-    major: int
-    python: str
-    ports: dict[str, int]
-    secrets: dict[str, str]
-    options: dict[str, Any]
-    cluster_server: str
-    pids: dict[str, int] = field(default_factory=dict)
-    started: dict[str, float] = field(default_factory=dict)  # Unix time each process was started
-    startup_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,7 +122,7 @@ class AirflowDeployment:
 
     # -- state ---------------------------------------------------------------------------------
     def load_state(self) -> AirflowState | None:
-        return paths.read_state(self.layout.state_file, AirflowState, "kubetrain dev airflow down")
+        return airflow_state.load_state(self.root)
 
     def _save(self, state: AirflowState) -> None:
         # mode 0600: it holds the admin's password and the deployment's secrets
@@ -389,8 +374,7 @@ class AirflowDeployment:
 
     def down(self) -> bool:
         """Stop every process (Airflow's first, Postgres last) and remove the state dir."""
-        state = self.load_state()
-        return process.tear_down(self.root, state.pids if state else {}, grace=20)
+        return airflow_state.tear_down(self.root)
 
     def status(self) -> list[AirflowStatus]:
         state = self.load_state()

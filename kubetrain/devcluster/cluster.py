@@ -29,7 +29,7 @@ from typing import Any
 from rich.console import Console
 
 from kubetrain import naming
-from kubetrain.devcluster import build, kueue, nodes, objectstore, paths, pki, process
+from kubetrain.devcluster import airflow_state, build, kueue, nodes, objectstore, paths, pki, process
 from kubetrain.devcluster.errors import DevClusterError
 from kubetrain.devcluster.process import Component, HealthCheck
 from kubetrain.devcluster.processnode import containers, interpreter
@@ -665,12 +665,9 @@ class DevCluster:
     def down(self) -> bool:
         """Stop every component (and the Airflow deployments started beside it) and remove the state
         dir; returns whether anything was there."""
-        from kubetrain.devcluster.airflow_deploy import AirflowDeployment  # it imports this module
-
         for root in self.deployments():
-            deployment = AirflowDeployment(root)
-            if deployment.load_state() is not None:  # a noted directory reused since is not touched
-                deployment.down()
+            if airflow_state.load_state(root) is not None:  # a noted directory reused since is not touched
+                airflow_state.tear_down(root)
         state = self.load_state()
         return self._tear_down(state.pids if state else {})
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from kubetrain.devcluster import process
-from kubetrain.devcluster.airflow_deploy import AirflowDeployment, AirflowState
+from kubetrain.devcluster.airflow_deploy import AirflowDeployment
+from kubetrain.devcluster.airflow_state import AirflowState
 from kubetrain.devcluster.cluster import DevCluster
 
 

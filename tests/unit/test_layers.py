@@ -89,7 +89,6 @@ KNOWN_CIRCLES = {
             "kubetrain.checkpoint_sharded",
         }
     ),
-    frozenset({"kubetrain.devcluster.airflow_deploy", "kubetrain.devcluster.cluster"}),
     frozenset(
         {
             "kubetrain.devcluster.processnode.agent",

@@ -23,7 +23,8 @@ import pytest
 
 from kubetrain.devcluster import process
 from kubetrain.devcluster.airflow_api import TERMINAL_RUN_STATES, AirflowApi, AirflowApiError
-from kubetrain.devcluster.airflow_deploy import AirflowDeployment, AirflowState
+from kubetrain.devcluster.airflow_deploy import AirflowDeployment
+from kubetrain.devcluster.airflow_state import AirflowState
 from kubetrain.devcluster.cluster import DevCluster
 from tests.airflow.deployment.harness import EXAMPLE_DAGS, TEST_DAGS, RecordingProxy, dag_folder, until
 from tests.docs_commands import documented, shell_env
