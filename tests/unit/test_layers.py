@@ -89,13 +89,6 @@ KNOWN_CIRCLES = {
             "kubetrain.checkpoint_sharded",
         }
     ),
-    frozenset(
-        {
-            "kubetrain.devcluster.processnode.agent",
-            "kubetrain.devcluster.processnode.logserver",
-            "kubetrain.devcluster.processnode.pods",
-        }
-    ),
 }
 
 

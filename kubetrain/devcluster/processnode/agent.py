@@ -30,7 +30,8 @@ from typing import Any
 
 from kubetrain import naming
 from kubetrain.devcluster.processnode import confine, containers, isolation, logserver, network
-from kubetrain.devcluster.processnode.pods import PodWorker
+from kubetrain.devcluster.processnode.gpus import GpuAllocator, detect_gpus
+from kubetrain.devcluster.processnode.pods import PodServices, PodWorker
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
@@ -67,40 +68,6 @@ class Settings:
     hide: list[Path] = field(default_factory=list)
 
 
-def detect_gpus() -> list[str]:
-    """Indices of the real NVIDIA GPUs on this host (none without ``nvidia-smi``)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
-
-
-class GpuAllocator:
-    """Hands out GPU indices to pods (real devices become ``CUDA_VISIBLE_DEVICES``)."""
-
-    def __init__(self, devices: list[str]) -> None:
-        self.devices = devices
-        self._owner: dict[str, str] = {}
-
-    def allocate(self, uid: str, count: int) -> list[str]:
-        if not self.devices or count <= 0:
-            return []
-        free = [d for d in self.devices if d not in self._owner]
-        taken = free[:count]
-        for device in taken:
-            self._owner[device] = uid
-        return taken
-
-    def release(self, uid: str) -> None:
-        for device in [d for d, owner in self._owner.items() if owner == uid]:
-            del self._owner[device]
-
-
 def _memory_bytes() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
@@ -135,12 +102,12 @@ class Agent:
         return self.settings.state_dir / "pods"
 
     # -- what pods get ---------------------------------------------------------------------------
-    def base_env(self, worker: PodWorker) -> dict[str, str]:
-        """The env every container starts from (its own env overrides it)."""
+    def base_env(self, home: Path) -> dict[str, str]:
+        """The env every container starts from (its own env overrides it); ``home`` is its pod's dir."""
         host, _, port = self.settings.api_server.removeprefix("https://").partition(":")
         return {
             "PATH": f"{self._runtime_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
-            "HOME": str(worker.dir),
+            "HOME": str(home),
             "LANG": "C.UTF-8",
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,
@@ -181,6 +148,21 @@ class Agent:
         log.info("pods run with %s out of their sight", ", ".join(map(str, self.settings.hide)))
         return command
 
+    def pod_services(self) -> PodServices:
+        """What a pod worker gets of this node (the port shim and confinement as ``run`` found them)."""
+        return PodServices(
+            kube=self.kube,
+            addresses=self.addresses,
+            gpus=self.gpus,
+            resolver=self.resolver,
+            lookup=self.lookup,
+            pods_dir=self.pods_dir,
+            workdir=self.settings.workdir,
+            base_env=self.base_env,
+            netshim=self.netshim,
+            confined=self.confined,
+        )
+
     async def lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
         resource = CONFIGMAPS if kind == "ConfigMap" else SECRETS
         return await self.kube.get(resource, name, namespace)
@@ -203,7 +185,7 @@ class Agent:
                 return
             if (new.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return
-            worker = PodWorker(self, new)
+            worker = PodWorker(self.pod_services(), new)
             self.workers[uid] = worker
             worker.start()
             log.info("running pod %s/%s (%s)", worker.namespace, worker.name, worker.address)
@@ -374,7 +356,8 @@ class Agent:
         await self.register()
         self.services.start()
         await self.services.wait_synced()
-        server = await logserver.serve(self, self._server_context())
+        node_pods = logserver.NodePods(self.workers, self.pods.get, self.pods_dir)
+        server = await logserver.serve(node_pods, self.settings.port, self._server_context())
         tasks = [asyncio.create_task(self.heartbeat())]
         self.pods.start()
         await self.pods.wait_synced()

@@ -4,7 +4,8 @@ The API server forwards ``kubectl logs`` (and every client's ``read_namespaced_p
 to ``https://<node>:<port>/containerLogs/<namespace>/<pod>/<container>`` with
 the query parameters ``follow``, ``tailLines``, ``previous``, ``timestamps``,
 ``limitBytes`` and ``sinceSeconds``, authenticating with a client certificate
-from the cluster CA. This serves them from the container log files.
+from the cluster CA. This serves them from the container log files, reading of the node only
+``NodePods``: the pods it runs, those bound to it, and where their files are.
 """
 
 from __future__ import annotations
@@ -12,16 +13,24 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from kubetrain.devcluster.processnode.containers import Run, earlier_runs, format_line, log_dir, read_log
+from kubetrain.devcluster.processnode.pods import PodWorker
 
-if TYPE_CHECKING:
-    from kubetrain.devcluster.processnode.agent import Agent
+
+@dataclass(frozen=True)
+class NodePods:
+    """What the log endpoint reads of its node."""
+
+    workers: Mapping[str, PodWorker]  # the pods it runs now, by uid
+    bound: Callable[[str], dict[str, Any] | None]  # a pod bound to it, by "<namespace>/<name>"
+    pods_dir: Path  # each pod's files are in <pods_dir>/<uid>
 
 
 def _flag(request: web.Request, name: str) -> bool:
@@ -57,16 +66,16 @@ class LogQuery:
 
 
 def _select_run(request: web.Request, query: LogQuery) -> Run:
-    agent: Agent = request.app["agent"]
+    node: NodePods = request.app["node"]
     namespace, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
-    worker = next((w for w in agent.workers.values() if w.namespace == namespace and w.name == name), None)
+    worker = next((w for w in node.workers.values() if w.namespace == namespace and w.name == name), None)
     if worker is not None:
         state = worker.container(container)
         if state is None:
             raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
         runs = state.runs
     else:
-        runs = _finished_runs(agent, namespace, name, container)
+        runs = _finished_runs(node, namespace, name, container)
     runs = runs[:-1] if query.previous else runs
     if not runs:
         what = "previous terminated" if query.previous else "started"
@@ -74,10 +83,10 @@ def _select_run(request: web.Request, query: LogQuery) -> Run:
     return runs[-1]
 
 
-def _finished_runs(agent: Agent, namespace: str, name: str, container: str) -> list[Run]:
+def _finished_runs(node: NodePods, namespace: str, name: str, container: str) -> list[Run]:
     """The runs of a container of a pod bound here that no worker holds: one that had finished when
     the node last started (its logs stay on disk, as a kubelet keeps an exited container's)."""
-    pod = agent.pods.get(f"{namespace}/{name}")
+    pod = node.bound(f"{namespace}/{name}")
     if pod is None:
         raise web.HTTPNotFound(text=f"pod {namespace}/{name} is not on this node")
     spec = pod.get("spec") or {}
@@ -85,7 +94,7 @@ def _finished_runs(agent: Agent, namespace: str, name: str, container: str) -> l
         c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     ]:
         raise web.HTTPNotFound(text=f"container {container!r} is not in pod {name}")
-    return earlier_runs(log_dir(agent.pods_dir / pod["metadata"]["uid"], container))
+    return earlier_runs(log_dir(node.pods_dir / pod["metadata"]["uid"], container))
 
 
 async def container_logs(request: web.Request) -> web.StreamResponse:
@@ -149,9 +158,9 @@ async def unsupported(_: web.Request) -> web.Response:
     )
 
 
-async def serve(agent: Agent, context: ssl.SSLContext) -> web.AppRunner:
+async def serve(node: NodePods, port: int, context: ssl.SSLContext) -> web.AppRunner:
     app = web.Application()
-    app["agent"] = agent
+    app["node"] = node
     app.add_routes(
         [
             web.get("/healthz", healthz),
@@ -161,5 +170,5 @@ async def serve(agent: Agent, context: ssl.SSLContext) -> web.AppRunner:
     )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", agent.settings.port, ssl_context=context).start()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
     return runner

@@ -9,6 +9,9 @@ restart counts, IPs, start times, termination messages) is written back after
 every change. Deleting the pod stops its processes within the grace period,
 then removes the pod object. A pod that an earlier run of the node ran is taken
 over as a kubelet takes its pods over after a reboot (``carried_over``).
+
+A worker sees of its node only ``PodServices``: the API, the node's addresses, GPUs and names, and
+how a container starts there; the agent builds them, tests give fakes.
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubetrain import naming
 from kubetrain.devcluster.processnode import containers, env, isolation, network, volumes
+from kubetrain.devcluster.processnode.gpus import GpuAllocator
 from kubetrain.kube import errors
+from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import PODS
-
-if TYPE_CHECKING:
-    from kubetrain.devcluster.processnode.agent import Agent
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -41,6 +44,22 @@ PEER_WAIT = 600.0  # how long a container waits for its peers' names to resolve
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PodServices:
+    """What a pod worker uses of its node, and nothing more."""
+
+    kube: KubeClient  # the pod's volumes, its status and its removal
+    addresses: network.AddressPool  # the pod's IP
+    gpus: GpuAllocator  # the pod's devices
+    resolver: network.Resolver  # its peers' names, as DNS would answer them
+    lookup: env.Lookup  # the ConfigMaps and Secrets its env refers to
+    pods_dir: Path  # each pod's files are in <pods_dir>/<uid>
+    workdir: Path  # where a container without a workingDir starts
+    base_env: Callable[[Path], dict[str, str]]  # the env every container starts from, given its HOME
+    netshim: Path | None  # the port isolation library (None: not built on this host)
+    confined: Callable[[list[Path]], list[str]]  # what a container starts through, given what it keeps
 
 
 @dataclass
@@ -72,13 +91,13 @@ class ContainerState:
 
 
 class PodWorker:
-    def __init__(self, agent: Agent, pod: Obj) -> None:
-        self.agent = agent
+    def __init__(self, services: PodServices, pod: Obj) -> None:
+        self.services = services
         self.pod = pod
         meta = pod["metadata"]
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
-        self.dir = agent.pods_dir / self.uid
-        self.address = agent.addresses.acquire(self.uid)
+        self.dir = services.pods_dir / self.uid
+        self.address = services.addresses.acquire(self.uid)
         spec = pod["spec"]
         self.restart_policy = spec.get("restartPolicy") or "Always"
         self.inits = [ContainerState(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []]
@@ -142,7 +161,7 @@ class PodWorker:
             host_dirs = await self._prepare_volumes()
             if host_dirs is None:
                 return
-            renewal = asyncio.create_task(volumes.keep_tokens_fresh(self.agent.kube, self.pod, self.dir))
+            renewal = asyncio.create_task(volumes.keep_tokens_fresh(self.services.kube, self.pod, self.dir))
             try:
                 await self._run_containers(host_dirs)
             finally:
@@ -156,7 +175,7 @@ class PodWorker:
 
     async def _run_containers(self, host_dirs: dict[str, Path]) -> None:
         self._mount_table(host_dirs)
-        self.gpus = self.agent.gpus.allocate(self.uid, _gpus_requested(self.pod))
+        self.gpus = self.services.gpus.allocate(self.uid, _gpus_requested(self.pod))
         for spec, state in zip(self.pod["spec"].get("initContainers") or [], self.inits, strict=True):
             if not self.carried and not await self._run_init(spec, state):
                 return
@@ -173,7 +192,7 @@ class PodWorker:
     async def _prepare_volumes(self) -> dict[str, Path] | None:
         while not self.deleting.is_set():
             try:
-                return await volumes.prepare(self.agent.kube, self.pod, self.dir)
+                return await volumes.prepare(self.services.kube, self.pod, self.dir)
             except (volumes.VolumeError, errors.APIError) as exc:
                 # Like kubelet's volume manager, retry until the pod goes away: right
                 # after binding, the node authorizer may not yet know the pod's
@@ -308,7 +327,7 @@ class PodWorker:
         deadline = asyncio.get_running_loop().time() + PEER_WAIT
         while not self.deleting.is_set():
             try:
-                values = await env.container_env(self._with_addresses(), spec, self.agent.lookup)
+                values = await env.container_env(self._with_addresses(), spec, self.services.lookup)
             except (env.EnvError, errors.APIError) as exc:
                 state.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
                 self._changed()
@@ -318,7 +337,7 @@ class PodWorker:
             pending = [
                 n
                 for text in [*values.values(), *argv[1:]]
-                for n in self.agent.resolver.waiting_for(text, self.namespace, self._jobs())
+                for n in self.services.resolver.waiting_for(text, self.namespace, self._jobs())
             ]
             if not pending or asyncio.get_running_loop().time() > deadline:
                 return self._build_run(spec, state, values, argv)
@@ -352,12 +371,12 @@ class PodWorker:
         self, spec: Obj, state: ContainerState, values: dict[str, str], argv: list[str]
     ) -> containers.Run:
         mounts = self.mounts.get(spec["name"], [])
-        workdir = Path(network.map_paths(spec.get("workingDir") or "", mounts) or self.agent.settings.workdir)
+        workdir = Path(network.map_paths(spec.get("workingDir") or "", mounts) or self.services.workdir)
         files = containers.container_dir(self.dir, spec["name"])
         files.mkdir(parents=True, exist_ok=True)
         termination_log = files / "termination-log"
         termination_log.write_text("")
-        process_env = self.agent.base_env(self)
+        process_env = self.services.base_env(self.dir)
         process_env.update(
             {
                 "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
@@ -373,7 +392,7 @@ class PodWorker:
             process_env[name] = self._rewrite(value, mounts)
         process_env.update(
             isolation.env(
-                self.agent.netshim, self.address, self.dir / "ports", process_env.get("LD_PRELOAD", "")
+                self.services.netshim, self.address, self.dir / "ports", process_env.get("LD_PRELOAD", "")
             )
         )
         # The program itself is a file, never a host name (a TrainJob named like its command: `tune`).
@@ -386,16 +405,16 @@ class PodWorker:
             env=process_env,
             cwd=workdir,
             log_path=log_path,
-            wrapper=self.agent.confined(self._kept()),
+            wrapper=self.services.confined(self._kept()),
         )
 
     def _kept(self) -> list[Path]:
         """What a container of this pod sees of the hidden state dir: the pod's own files, its claims'
         volumes, the port shim; not another pod's files, nor a hostPath into the state dir."""
-        return [self.dir, *([self.agent.netshim] if self.agent.netshim else []), *self.claim_dirs]
+        return [self.dir, *([self.services.netshim] if self.services.netshim else []), *self.claim_dirs]
 
     def _rewrite(self, text: str, mounts: list[tuple[str, str]]) -> str:
-        rewritten, _ = self.agent.resolver.rewrite(text, self.namespace)
+        rewritten, _ = self.services.resolver.rewrite(text, self.namespace)
         return network.map_paths(rewritten, mounts)
 
     def _termination_message(self, spec: Obj, state: ContainerState, run: containers.Run, code: int) -> str:
@@ -418,7 +437,7 @@ class PodWorker:
         reason = "PodCompleted" if self.phase == "Succeeded" else "PodFailed"
         for kind in ("ContainersReady", "Ready"):
             self._set_condition(kind, False, reason)
-        self.agent.gpus.release(self.uid)
+        self.services.gpus.release(self.uid)
         self._changed()
 
     # -- deletion --------------------------------------------------------------------------------
@@ -450,7 +469,7 @@ class PodWorker:
                 }
         await self._write_status()
         try:
-            await self.agent.kube.delete(
+            await self.services.kube.delete(
                 PODS, self.name, self.namespace, uid=self.uid, grace_period_seconds=0
             )
         except errors.APIError as exc:
@@ -462,8 +481,8 @@ class PodWorker:
         for task in (self._task, self._writer):
             if task is not None and not task.done():
                 task.cancel()
-        self.agent.addresses.release(self.uid)
-        self.agent.gpus.release(self.uid)
+        self.services.addresses.release(self.uid)
+        self.services.gpus.release(self.uid)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- status ----------------------------------------------------------------------------------
@@ -509,7 +528,7 @@ class PodWorker:
 
     async def _write_status(self) -> None:
         with contextlib.suppress(errors.APINotFoundError):
-            await self.agent.kube.patch(
+            await self.services.kube.patch(
                 PODS, self.name, {"status": self.status()}, namespace=self.namespace, subresource="status"
             )
 
