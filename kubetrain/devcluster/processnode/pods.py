@@ -175,7 +175,7 @@ class PodWorker:
 
     async def _run_containers(self, host_dirs: dict[str, Path]) -> None:
         self._mount_table(host_dirs)
-        self.gpus = self.services.gpus.allocate(self.uid, _gpus_requested(self.pod))
+        self.gpus = self.services.gpus.allocate(self.uid, gpus_requested(self.pod))
         for spec, state in zip(self.pod["spec"].get("initContainers") or [], self.inits, strict=True):
             if not self.carried and not await self._run_init(spec, state):
                 return
@@ -242,13 +242,13 @@ class PodWorker:
                 code = await self._run_once(spec, state)
             if code is None or self.deleting.is_set():
                 return
-            if self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0):
+            if restart_wanted(self.restart_policy, code):
                 await self._back_off(state)
                 continue
             return
 
     async def _back_off(self, state: ContainerState) -> None:
-        delay = min(BACKOFF_START * 2 ** min(state.restarts, 8), BACKOFF_MAX)
+        delay = back_off_seconds(state.restarts)
         state.last_state, state.restarts = state.state, state.restarts + 1
         state.state = {
             "waiting": {
@@ -295,7 +295,7 @@ class PodWorker:
         self._changed()
         code = await run.wait()
         message = self._termination_message(spec, state, run, code)
-        reason = "Completed" if code == 0 else ("OOMKilled" if code == 137 and not run.signalled else "Error")
+        reason = termination_reason(code, signalled=run.signalled)
         state.state = {
             "terminated": {
                 "exitCode": code,
@@ -568,7 +568,28 @@ def carried_over(states: list[ContainerState], before: dict[str, Obj]) -> list[t
     return carried
 
 
-def _gpus_requested(pod: Obj) -> int:
+def restart_wanted(policy: str, code: int) -> bool:
+    """Whether a main container that ended with ``code`` is started again under the pod's
+    ``restartPolicy``."""
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
+def back_off_seconds(restarts: int) -> float:
+    """How long a container waits before its next start, having restarted ``restarts`` times: from
+    one second, doubling, at most ``BACKOFF_MAX``."""
+    return float(min(BACKOFF_START * 2 ** min(restarts, 8), BACKOFF_MAX))
+
+
+def termination_reason(code: int, *, signalled: bool) -> str:
+    """The reason a container's ``terminated`` state gives: an unasked-for SIGKILL (137) is taken for
+    the OOM killer, as a kubelet reports it."""
+    if code == 0:
+        return "Completed"
+    return "OOMKilled" if code == 137 and not signalled else "Error"
+
+
+def gpus_requested(pod: Obj) -> int:
+    """The GPUs the pod's containers ask for (each its limit or request, whichever is larger)."""
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
