@@ -156,7 +156,7 @@ lint: venv $(AIRFLOW3_VENV)/.installed ## ruff, the import layers and mypy --str
 	@rm -rf build/typecheck && mkdir -p build/typecheck/kubetrain
 	@for f in kubetrain/*; do ln -s ../../../$$f build/typecheck/kubetrain/; done
 	@for d in controller operators components; do ln -s ../../../$$d build/typecheck/kubetrain/$$d; done
-	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.trainjob -p kubetrain.client -p kubetrain.devcluster -p kubetrain.kube -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.plot -m kubetrain.quantity -m kubetrain.naming -m kubetrain.components.launch -m kubetrain.jobs_cli -m kubetrain.cli -m kubetrain.tabular -m kubetrain.checkpoint_objects -m kubetrain.checkpoint_sharded -m kubetrain.checkpoint_async
+	@MYPYPATH=build/typecheck $(VENV)/bin/mypy -p kubetrain.api -p kubetrain.trainjob -p kubetrain.client -p kubetrain.devcluster -p kubetrain.kube -p kubetrain.controller -m kubetrain.checkpoint -m kubetrain.plot -m kubetrain.quantity -m kubetrain.naming -m kubetrain.components.launch -m kubetrain.jobs_cli -m kubetrain.cli -m kubetrain.tabular -m kubetrain.checkpoint_objects -m kubetrain.checkpoint_sharded -m kubetrain.checkpoint_async -p tests.faultinjection
 	@MYPYPATH=build/typecheck $(AIRFLOW3_VENV)/bin/mypy --cache-dir .mypy_cache/airflow -p kubetrain.operators
 
 .PHONY: test-unit

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import FaultProxy, Rule
 from kubetrain.operators import JobTrigger, PyTorchJobOperator
 from kubetrain.operators.compat import AirflowException
 from kubetrain.operators.triggers import SharedJobWatch
 from tests.airflow.support import deferred_trigger, first_event, task_context
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import FaultProxy, Rule
 from tests.support import HANG, eventually, pytorchjob
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "kubernetes_connection", "crds")

@@ -14,8 +14,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from kubetrain.devcluster.cluster import DevCluster
-from kubetrain.devcluster.faultproxy import FaultProxy
 from tests.e2e.test_process_node import ON_PROCESS_NODE, wait_phase
+from tests.faultinjection.faultproxy import FaultProxy
 
 # Run in the pod: each way in, and what became of it ("reached: ..." or "refused: ...").
 PROBE = r"""

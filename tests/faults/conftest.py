@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.devcluster.faultproxy import FaultProxy
+from tests.faultinjection.faultproxy import FaultProxy
 
 
 @pytest.fixture

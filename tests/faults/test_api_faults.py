@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import FaultProxy, Rule
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.resources import NAMESPACES
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import FaultProxy, Rule
 from tests.faults.support import PodHistory, v1job
 from tests.support import HANG, ControllerHandle, Jobs, eventually, fails, pytorchjob, runs_for
 

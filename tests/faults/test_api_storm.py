@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import FaultProxy, Rule
 from tests.faults.support import ControllerProcess, elapsed, mix_run, scaled
 from tests.support import Jobs
 

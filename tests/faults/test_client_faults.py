@@ -18,8 +18,8 @@ import pytest
 from kubetrain.client import AsyncJobClient, lineage
 from kubetrain.client.lineage import Action
 from kubetrain.components.launch import LaunchRequest
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import FaultProxy, Rule
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import FaultProxy, Rule
 from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")

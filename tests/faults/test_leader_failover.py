@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import Exchange, FaultProxy
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import Exchange, FaultProxy
 from tests.support import HANG, Jobs, eventually, pytorchjob, start_controller_process
 
 LEASE = "failover"

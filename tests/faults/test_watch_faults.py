@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from kubetrain.devcluster import faultproxy
-from kubetrain.devcluster.faultproxy import FaultProxy, Rule
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import CONFIGMAPS
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import FaultProxy, Rule
 from tests.support import eventually
 
 

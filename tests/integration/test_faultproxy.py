@@ -22,11 +22,11 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, config, watch
 
-from kubetrain.devcluster import faultproxy
 from kubetrain.devcluster.cluster import DevCluster
-from kubetrain.devcluster.faultproxy import Exchange, FaultProxy, Rule
-from kubetrain.devcluster.faultrules import Action
 from tests.docs_commands import REPO, documented, python_blocks
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import Exchange, FaultProxy, Rule
+from tests.faultinjection.faultrules import Action
 from tests.support import Jobs, eventually, pytorchjob
 
 CONFIGMAPS = r"/configmaps$"
@@ -389,12 +389,18 @@ async def patch_status_twice_refused(jobs: Jobs, api: client.ApiClient, name: st
 async def test_the_documented_command_puts_the_proxy_with_the_documented_rules_in_front_of_a_cluster(
     shell: dict[str, str], jobs: Jobs, tmp_path: Path
 ) -> None:
-    command = documented("docs/dev-cluster.md", "python -m kubetrain.devcluster.faultproxy")
+    command = documented("docs/dev-cluster.md", "python -m tests.faultinjection.faultproxy")
     (tmp_path / "faults.yaml").write_text(documented_rules())
     log = tmp_path / "faultproxy.log"
     with log.open("w") as stderr:
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", f"exec {command}", cwd=tmp_path, env=shell, stdout=subprocess.PIPE, stderr=stderr
+            "bash",
+            "-c",
+            f"exec {command}",
+            cwd=tmp_path,
+            env={**shell, "PYTHONPATH": str(REPO)},  # as from the checkout's root, where the docs run it
+            stdout=subprocess.PIPE,
+            stderr=stderr,
         )
     assert proc.stdout is not None
     try:

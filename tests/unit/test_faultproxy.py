@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubetrain.devcluster import certs, faultproxy, pki
-from kubetrain.devcluster.faultproxy import Call, Exchange, Rule, choose
+from kubetrain.devcluster import certs, pki
 from tests.docs_commands import REPO
+from tests.faultinjection import faultproxy
+from tests.faultinjection.faultproxy import Call, Exchange, Rule, choose
 
 PATCH_STATUS = Call("PATCH", "/apis/kubeflow.org/v1/namespaces/ns/pytorchjobs/a/status", body=b'{"x":1}')
 LIST_PODS = Call("GET", "/api/v1/namespaces/ns/pods")
@@ -197,7 +198,7 @@ def test_end_to_end_headers_are_forwarded_and_hop_by_hop_ones_are_not() -> None:
 
 
 def test_rules_load_from_the_documented_rules_file() -> None:
-    # docs/dev-cluster.md shows a rules file for `python -m kubetrain.devcluster.faultproxy --rules`.
+    # docs/dev-cluster.md shows a rules file for `python -m tests.faultinjection.faultproxy --rules`.
     text = (REPO / "docs" / "dev-cluster.md").read_text()
     (block,) = re.findall(r"^```yaml\n(# faults\.yaml\n.*?)^```", text, re.S | re.M)
     conflicts, throttle, cuts = faultproxy.rules_from_config(yaml.safe_load(block))

@@ -27,3 +27,24 @@ def test_package_data_files_exist() -> None:
         folder = REPO / config["package-dir"].get(package, package.replace(".", "/"))
         for pattern in patterns:
             assert list(folder.glob(pattern)), f"{package}: nothing matches {pattern}"
+
+
+def shipped_modules() -> set[str]:
+    """Every module the distribution holds, as setuptools collects them: the ``.py`` files of each
+    listed package's own folder (``package-dir`` maps a name to its folder)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping: dict[str, str] = config["package-dir"]
+    found = set()
+    for package in config["packages"]:
+        home = max((name for name in mapping if package == name or package.startswith(f"{name}.")), key=len)
+        folder = REPO / mapping[home] / Path(*package.removeprefix(home).split(".")[1:])
+        found.update(f"{package}.{path.stem}" for path in folder.glob("*.py"))
+    return found
+
+
+def test_the_fault_injection_is_test_support_that_the_distribution_does_not_ship() -> None:
+    shipped = shipped_modules()
+    assert {"kubetrain.devcluster.cluster", "kubetrain.controller.main"} <= shipped  # it reads the tree
+    faults = {name for name in shipped if name.rpartition(".")[2] in ("faultproxy", "faultrules")}
+    assert not faults, "the fault proxy belongs in tests/faultinjection/"
+    assert not any(package.split(".")[0] == "tests" for package in {n.rpartition(".")[0] for n in shipped})

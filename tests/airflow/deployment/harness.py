@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubetrain.devcluster.faultproxy import Exchange, FaultProxy
+from tests.faultinjection.faultproxy import Exchange, FaultProxy
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent

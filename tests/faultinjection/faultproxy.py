@@ -27,7 +27,8 @@ request is recorded as an ``Exchange``.
 Several clients can share one proxy: a base URL ``/_c/<name>`` tags their requests with a client
 name that rules can match (the prefix is stripped before forwarding).
 
-As a process, ``python -m kubetrain.devcluster.faultproxy --kubeconfig K --write-kubeconfig OUT``
+As a process, from the root of a checkout, ``python -m tests.faultinjection.faultproxy --kubeconfig K
+--write-kubeconfig OUT``
 puts a pass-through proxy in front of any cluster; ``--rules FILE`` adds rules from a YAML list
 whose entries name an ``action`` (``respond``, ``drop``, ``delay``, ``hang``, ``cut``,
 ``lose_response``) with its arguments, and the ``Rule`` filters (see ``rules_from_config``).
@@ -63,7 +64,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from kubetrain.devcluster.faultrules import (
+from tests.faultinjection.faultrules import (
     Action,
     Call,
     Cut,
@@ -692,7 +693,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kubetrain.devcluster.faultproxy",
+        prog="python -m tests.faultinjection.faultproxy",
         description="Put a fault-injecting HTTPS proxy in front of a cluster's API server.",
     )
     parser.add_argument(

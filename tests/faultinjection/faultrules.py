@@ -2,7 +2,7 @@
 
 Kept apart from the proxy's sockets so the decision is a plain function of the rules, the request
 and a seeded ``random.Random``, testable without a server, and repeatable: the same rules, seed and
-request order fire the same faults. ``kubetrain.devcluster.faultproxy`` re-exports all of it.
+request order fire the same faults. ``faultproxy`` re-exports all of it.
 """
 
 from __future__ import annotations
