@@ -76,8 +76,6 @@ KNOWN = {
 }
 
 KNOWN_CIRCLES = {
-    # The async client starts and continues lineages; a lineage is typed with the client it drives.
-    frozenset({"kubetrain.client.aio", "kubetrain.client.lineage"}),
     # The checkpoint manager hands sharded, background and object-store saves to the modules that
     # build on its Checkpoint (imported in the functions that need them, so torch.distributed and
     # fsspec load only then).
