@@ -854,7 +854,8 @@ steps, loss, accuracy = 300, 0.5, 0.9
 
 def test_the_documented_loop_saves_then_a_rerun_resumes(tmp_path: Path) -> None:
     # docs/checkpoints.md's loop, run twice as a pod would run it twice: the second run resumes.
-    loop, _sharded = python_blocks("docs/checkpoints.md")  # the sharded one: test_checkpoint_sharded.py
+    # the sharded one: test_checkpoint_sharded.py; the trainers' lines: test_integrations_imports.py
+    loop, _sharded, *_trainers = python_blocks("docs/checkpoints.md")
     script = tmp_path / "train.py"
     script.write_text(DOCUMENTED_LOOP_PRELUDE + loop + "\nprint('started at', start)\n")
     env = {

@@ -218,7 +218,7 @@ def test_the_documented_sharded_loop_saves_then_a_rerun_resumes(tmp_path: Path) 
     # docs/checkpoints.md's sharded loop, in one process (no process group), run twice as a pod would be
     from tests.docs_commands import python_blocks
 
-    _, loop = python_blocks("docs/checkpoints.md")
+    _, loop, *_trainers = python_blocks("docs/checkpoints.md")
     prelude = "import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 2)\n"
     prelude += "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nsteps = 300\n"
     script = tmp_path / "train.py"

@@ -40,3 +40,17 @@ def test_imports(script: str) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+def test_the_documented_lines_name_what_the_integrations_export() -> None:
+    """docs/checkpoints.md's lines for each trainer: their imports resolve, and each names the
+    integration's callback and resume point."""
+    from tests.docs_commands import python_blocks
+
+    _loop, _sharded, *trainers = python_blocks("docs/checkpoints.md")
+    assert len(trainers) == 2, "one block for the Hugging Face Trainer, one for Lightning"
+    for block, module in zip(trainers, ("hf", "lightning"), strict=True):
+        imports = "\n".join(line for line in block.splitlines() if line.startswith("from kubetrain"))
+        assert imports == f"from kubetrain.integrations.{module} import KubetrainCallback, resume_point"
+        exec(imports, {})  # the documented import line itself
+        assert "KubetrainCallback()" in block and "resume_point(" in block, block
