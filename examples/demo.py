@@ -9,7 +9,8 @@
 4. Kubeflow Pipelines (``examples/kfp_pipeline.py``, run with kfp.local): a PyTorchJob, then a
    TrainJob that continues from its checkpoint, then an evaluation step; both keep their
    checkpoints in the S3 server, as training on a cloud cluster does;
-5. a summary of every job and a training-curve PNG in ``demo-output/``.
+5. a summary of every job (with the last step it reported live, through the controller's status
+   server) and a training-curve PNG in ``demo-output/``.
 
 Airflow and KFP cannot share one environment (their ``kubernetes`` pins conflict), so each step runs
 in its own (``.venv-airflow``, ``.venv-kfp``; ``make demo`` creates them). ``make demo-down`` stops
@@ -220,7 +221,16 @@ def summarize(cluster: DevCluster) -> bool:
             for j in found
         ]
     table = Table(
-        "job", "kind", "from", "state", "steps", "resumed from step", "accuracy", "last checkpoint", "time"
+        "job",
+        "kind",
+        "from",
+        "state",
+        "steps",
+        "resumed from step",
+        "accuracy",
+        "last checkpoint",
+        "time",
+        "live step",
     )
     for job in found:
         meta = job["metadata"]
@@ -236,6 +246,7 @@ def summarize(cluster: DevCluster) -> bool:
             str((report.get("metrics") or {}).get("accuracy", "-")),
             (meta.get("annotations") or {}).get("kubetrain.dev/last-checkpoint", "-"),
             _duration(job),
+            _live_step(job),
         )
     console.print(table)
     png = render(
@@ -251,6 +262,14 @@ def summarize(cluster: DevCluster) -> bool:
         "Stop everything with `make demo-down`."
     )
     return len(found) >= 4 and sum(kinds.state(j) == "Succeeded" for j in found) >= 3
+
+
+def _live_step(job: dict[str, Any]) -> str:
+    """The last step the job reported while it ran (through the controller's status server), of its
+    total: ``59/100``."""
+    metrics = {m.get("name"): m.get("value") for m in kinds.trainer_status(job).get("metrics") or []}
+    step = metrics.get("currentStep")
+    return "-" if step is None else f"{step}/{metrics.get('totalSteps', '?')}"
 
 
 def _duration(job: dict[str, Any]) -> str:

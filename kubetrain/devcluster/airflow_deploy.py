@@ -23,7 +23,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -101,12 +100,6 @@ def postgres_bin() -> Path:
             "Airflow environments have it (`make airflow-venvs`)"
         )
     return Path(spec.origin).parent / "pginstall" / "bin"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class AirflowDeployment:
@@ -197,7 +190,7 @@ class AirflowDeployment:
         state = AirflowState(
             major=major,
             python=sys.executable,
-            ports={name: _free_port() for name in PORTS},
+            ports={name: process.free_port() for name in PORTS},
             secrets=asdict(Secrets.generate()),
             options=asdict(options),
             cluster_server=cluster_state.server,

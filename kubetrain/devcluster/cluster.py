@@ -166,12 +166,6 @@ KUEUE_PORTS = ("kueue-webhook", "kueue-metrics")
 PROCESS_NODE = naming.PROCESS_NODE
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -554,7 +548,7 @@ class DevCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         wanted = [c for c in COMPONENTS[1:] if options.runs(c)]
         extra = KUEUE_PORTS if options.kueue else ()
-        ports = {name: _free_port() for name in ("etcd", "etcd-peer", *wanted, *extra)}
+        ports = {name: process.free_port() for name in ("etcd", "etcd-peer", *wanted, *extra)}
         if options.apiserver_port is not None:
             ports["kube-apiserver"] = options.apiserver_port
         self._prepare(options, ports, console)

@@ -5,7 +5,8 @@ controller of their own per namespace, so ``up`` starts none. A person who wants
 Airflow example DAGs, the demo, a manifest of their own) needs both, and this is the one command for
 it: the CRDs applied server-side and Established, then ``kubetrain controller run`` for every
 namespace as a process beside the cluster (its log is ``kubetrain dev logs controller``; ``kubetrain
-dev down`` stops it). It runs with the Python that runs this command, which has the controller extra
+dev down`` stops it), with its status server on, so training on the process node reports progress
+(``kubetrain list``'s PROGRESS column) as it does on a cluster installed from the manifests. It runs with the Python that runs this command, which has the controller extra
 wherever ``kubetrain`` is installed for development (``.venv``, ``.venv-airflow``).
 """
 
@@ -32,6 +33,12 @@ def install_crds(cluster: DevCluster) -> None:
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(paths.CRDS))
 
 
+def status_server_flags(port: int) -> list[str]:
+    """The status server on a loopback port, the URL pods report to: the process node's pods run on
+    this machine, so they reach it there (kwok's simulated pods run no code and report nothing)."""
+    return [f"--status-server-bind-address=127.0.0.1:{port}", f"--status-server-url=https://127.0.0.1:{port}"]
+
+
 def start(cluster: DevCluster, *, console: Console | None = None, timeout: float = 60) -> int:
     """The CRDs, then the controller for every namespace (unless one runs already); its pid."""
     console = console or Console(stderr=True)
@@ -48,6 +55,7 @@ def start(cluster: DevCluster, *, console: Console | None = None, timeout: float
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "kubetrain", "controller", "run"]
     argv += ["--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "0"]
+    argv += status_server_flags(process.free_port())
     with log.open("ab") as out:
         proc = subprocess.Popen(
             argv,

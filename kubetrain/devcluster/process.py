@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -41,6 +42,13 @@ class Probe(Protocol):
     def what(self) -> str: ...
 
     def probe(self, timeout: float = 2.0) -> bool: ...
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

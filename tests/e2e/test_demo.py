@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,12 @@ def test_the_demo_trains_from_airflow_then_kfp_and_summarizes(
     trainjob = next(j for j in found.values() if j["kind"] == "TrainJob")
     assert kinds.state(trainjob) == "Succeeded"
     assert kinds.report(trainjob)["resumed_from_step"] == 60, "the TrainJob continued from the PyTorchJob"
+    # the controller kubetrain dev controller starts serves progress reports: every job that trained
+    # to its end reported its steps live, and the summary shows them (the live step column, x/total)
+    for job in found.values():
+        if kinds.state(job) == "Succeeded":
+            assert kinds.progress_line(job).startswith("step "), (job["metadata"]["name"], job["status"])
+    assert re.search(r"│ \d+/(100|60|120) +│", done.stdout), done.stdout[-3000:]
     # the KFP part keeps its checkpoints in the cluster's S3 server
     location = "s3://kubetrain/kubetrain-demo/kfp-digits"
     kfp_jobs = [j for name, j in found.items() if name.startswith("digits-")]

@@ -20,7 +20,6 @@ import datetime as dt
 import logging
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -393,9 +392,3 @@ class Agent:
             ssl.CERT_OPTIONAL
         )  # /healthz is open; the log endpoints demand a client certificate
         return context
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
