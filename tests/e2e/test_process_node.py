@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import ssl
 import time
 import urllib.error
@@ -358,10 +359,16 @@ async def test_a_command_named_like_a_service_is_still_the_program(
 
 
 async def test_a_projected_token_is_renewed_before_it_expires_and_kept_while_renewal_fails(
-    api_client: client.ApiClient, kubeconfig: Path, core: client.CoreV1Api, namespace: str, tmp_path: Path
+    api_client: client.ApiClient,
+    kubeconfig: Path,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """What the process node does for a running pod's projected token, with its lifetime compressed:
     the file is replaced by a new valid token, and kept as it is while the API server refuses a new one."""
+    caplog.set_level(logging.WARNING, logger=volumes.log.name)
     audience = "kubetrain-test"
     source = {"serviceAccountToken": {"audience": audience, "expirationSeconds": 600, "path": "token"}}
     held = pod("holder", "pass", extra={"volumes": [{"name": "token", "projected": {"sources": [source]}}]})
@@ -377,7 +384,15 @@ async def test_a_projected_token_is_renewed_before_it_expires_and_kept_while_ren
         return bool(answer.status.authenticated)
 
     try:
-        token_file = (await volumes.prepare(kube, created, tmp_path))["token"] / "token"
+
+        async def prepared() -> dict[str, Path] | None:
+            # as the node retries: the namespace's kube-root-ca.crt (in the pod's default API access
+            # volume) is published by the controller manager a moment after the namespace is made
+            with contextlib.suppress(volumes.VolumeError):
+                return await volumes.prepare(kube, created, tmp_path)
+            return None
+
+        token_file = (await eventually(prepared, timeout=30, what="the pod's volumes"))["token"] / "token"
         first = token_file.read_text()
         renewal = asyncio.create_task(volumes.keep_tokens_fresh(kube, created, tmp_path, after=lambda _: 1.1))
         try:
@@ -389,8 +404,14 @@ async def test_a_projected_token_is_renewed_before_it_expires_and_kept_while_ren
             renewed = await eventually(new_token, timeout=20, what="a new token")
             assert await authenticated(first) and await authenticated(renewed)
             # The pod is gone: no token is issued for it any more, and the last one stays in place.
+            warned = len(caplog.records)
             await core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
             await eventually(lambda: _gone(core, namespace, "holder"), timeout=30, what="the pod to go")
+
+            async def refused() -> bool:  # renewals run one at a time: none that could succeed is left
+                return any("keeping the current token" in r.getMessage() for r in caplog.records[warned:])
+
+            await eventually(refused, timeout=20, what="a renewal refused for the deleted pod")
             last = token_file.read_text()
             await asyncio.sleep(3)
             assert token_file.read_text() == last and not renewal.done()
