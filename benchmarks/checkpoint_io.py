@@ -41,7 +41,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -49,6 +48,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from kubetrain.devcluster.process import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 8 * 2**20  # bytes per tensor of the state: a model's many parameters, not one blob
@@ -271,12 +272,6 @@ class Job:
         if self.rank == 0:
             self.target.remove_all()
         return {"bytes": self.nbytes, "rounds": rounds}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def available_memory() -> int:

@@ -42,7 +42,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from kubetrain.api.kinds import PYTORCHJOB
 from kubetrain.controller import cached
 from kubetrain.devcluster import build, certs
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
+from kubetrain.devcluster.process import free_port
 from kubetrain.kube import errors
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
@@ -295,12 +295,6 @@ async def cache_footprint(kube: KubeClient, namespace: str) -> dict[str, float]:
     return footprint
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Operator:
     """A controller under test: how to start it on one namespace, and how it counts its API requests."""
@@ -357,9 +351,9 @@ def upstream_operator() -> Operator:
             "--metrics-bind-address",
             f"127.0.0.1:{port}",
             "--health-probe-bind-address",
-            f"127.0.0.1:{_free_port()}",
+            f"127.0.0.1:{free_port()}",
             "--webhook-server-port",
-            str(_free_port()),
+            str(free_port()),
         ]
 
     version = build.UPSTREAM_TRAINING_OPERATOR[1]
@@ -522,7 +516,7 @@ async def run_operator(
     namespace = f"bench-{operator.name.split()[0].lower()}-{jobs}x{workers + 1}-{int(time.time())}"
     await _namespace(kube, namespace)
     result = Run(operator.name, jobs, workers + 1, qps=operator.qps)
-    port = _free_port()
+    port = free_port()
     proc = await start_operator(operator, kubeconfig, namespace, port)
     try:
         meter = CpuMeter({**cluster, "operator": proc.pid})

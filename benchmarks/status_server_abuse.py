@@ -52,12 +52,13 @@ from kubetrain.controller.statusserver import admission
 from kubetrain.controller.statusserver.authz import status_path
 from kubetrain.controller.statusserver.tls import self_signed
 from kubetrain.devcluster import build
+from kubetrain.devcluster.process import free_port
 from kubetrain.kube.client import KubeClient
 from kubetrain.kube.informer import Informer
 from kubetrain.kube.resources import PODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: tests.support
-from controller_throughput import RESULTS, _drop_namespace, _free_port, _namespace
+from controller_throughput import RESULTS, _drop_namespace, _namespace
 
 from tests.support import controller_command
 
@@ -108,7 +109,7 @@ async def stand_in() -> tuple[str, web.AppRunner]:
     app.add_routes([web.post("/{path:.*}", refuse)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(
         runner, "127.0.0.1", port, ssl_context=self_signed(["127.0.0.1"]).server_context()
     ).start()
@@ -248,7 +249,7 @@ async def start_abuser(
 async def measure(kube: KubeClient, kubeconfig: Path, jobs: int, random_tokens: int, mode: str) -> Run:
     namespace = f"bench-abuse-{mode}-{int(time.time())}"
     await _namespace(kube, namespace)
-    metrics, status = _free_port(), _free_port()
+    metrics, status = free_port(), free_port()
     proc = await start_controller(kubeconfig, namespace, metrics, status)
     run = Run(mode)
     try:

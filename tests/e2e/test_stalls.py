@@ -8,13 +8,13 @@ allow 15 s of it, restarts the pod; the new process resumes from step 20 and fin
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import textwrap
 from typing import Any
 
 from kubernetes_asyncio import client
 
+from kubetrain.devcluster.process import free_port
 from tests.support import Jobs
 
 HANGS_ONCE = """
@@ -35,12 +35,6 @@ for step in range(start + 1, 41):
         time.sleep(3600)
 ckpt.write_report()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_job_that_stops_reporting_is_restarted_and_resumes_from_its_checkpoint(

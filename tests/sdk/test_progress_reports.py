@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,16 +15,11 @@ from typing import Any
 import pytest
 
 from kubetrain import naming
+from kubetrain.devcluster.process import free_port
 from tests.conftest import Kubectl
 from tests.support import Jobs, eventually, trainjob
 
 pytestmark = pytest.mark.usefixtures("sdk_cluster")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from kubetrain.checkpoint_sharded import (
     own_files,
     unseen,
 )
+from kubetrain.devcluster.process import free_port
 from tests.unit.sharded_worker import STORE, full, model, same
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +42,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def ranks(scenario: str, location: str, tmp_path: Path) -> list[tuple[int, str]]:
     """Run ``scenario`` of ``tests/unit/sharded_worker.py`` as ranks 0 and 1: (exit code, output) each."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBETRAIN_")}
     env.update(OMP_NUM_THREADS="1", KUBETRAIN_TERMINATION_MESSAGE_PATH=str(tmp_path / "report"))
     worker = [sys.executable, "-m", "tests.unit.sharded_worker", scenario]
