@@ -36,6 +36,7 @@ from kubetrain.devcluster import build, paths
 from kubetrain.devcluster import controller as dev_controller
 from kubetrain.devcluster.cluster import ClusterOptions, DevCluster
 from kubetrain.devcluster.errors import DevClusterError
+from kubetrain.devcluster.objectstore import ObjectStore
 from kubetrain.plot import Curve, parse, render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def prepare_namespace(cluster: DevCluster) -> None:
     if cluster.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").strip():
         with console.status("removing the previous demo run"):
             cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
-    remove_checkpoints(store.env())
+    remove_checkpoints(store)
     cluster.kubectl("create", "namespace", NAMESPACE)
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(store.secret(OBJECT_STORE_SECRET, NAMESPACE)))
     claims = [
@@ -106,18 +107,9 @@ def prepare_namespace(cluster: DevCluster) -> None:
     )
 
 
-def remove_checkpoints(env: dict[str, str]) -> None:
+def remove_checkpoints(store: ObjectStore) -> None:
     """Delete what an earlier demo run left under ``CHECKPOINTS`` in the object store."""
-    import fsspec
-
-    fs = fsspec.filesystem(
-        "s3",
-        key=env["AWS_ACCESS_KEY_ID"],
-        secret=env["AWS_SECRET_ACCESS_KEY"],
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        client_kwargs={"region_name": env["AWS_DEFAULT_REGION"]},
-        skip_instance_cache=True,
-    )
+    fs = store.filesystem()
     if fs.exists(CHECKPOINTS):
         fs.rm(CHECKPOINTS, recursive=True)
 

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 NAME = "object-store"
 BUCKET = "kubetrain"  # the bucket made at start; any directory made under the root is one too
@@ -46,6 +47,19 @@ class ObjectStore:
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_DEFAULT_REGION": self.region,
         }
+
+    def filesystem(self) -> Any:
+        """An fsspec S3 filesystem of this server, with its credentials (s3fs, the objectstore extra)."""
+        import fsspec
+
+        return fsspec.filesystem(
+            "s3",
+            key=self.access_key,
+            secret=self.secret_key,
+            endpoint_url=self.endpoint,
+            client_kwargs={"region_name": self.region},
+            skip_instance_cache=True,
+        )
 
     def secret(self, name: str, namespace: str) -> dict[str, object]:
         """A Secret holding ``env()``, for a pod's ``envFrom`` (or a job's checkpoint secret)."""

@@ -29,13 +29,8 @@ def store(dev_cluster: DevCluster) -> fsspec.AbstractFileSystem:
     found = dev_cluster.object_store()
     if found is None:
         pytest.fail("the test cluster has no object store: start it with `kubetrain dev up --object-store`")
-    return fsspec.filesystem(
-        "s3",
-        key=found.access_key,
-        secret=found.secret_key,
-        endpoint_url=found.endpoint,
-        skip_instance_cache=True,
-    )
+    fs: fsspec.AbstractFileSystem = found.filesystem()
+    return fs
 
 
 def test_a_second_create_of_a_key_is_refused_and_the_first_object_stays(

@@ -11,7 +11,6 @@ import json
 import os
 from pathlib import Path
 
-import fsspec
 import pytest
 
 from kubetrain.devcluster.cluster import DevCluster
@@ -150,11 +149,5 @@ def test_the_documented_checkpoint_benchmark_measures_every_save_and_load(
     report = (tmp_path / "checkpoint_io.md").read_text()
     assert "## the S3 server" in report and "## Targets" in report, report
     assert (tmp_path / "checkpoint_io.png").stat().st_size > 0
-    store_fs = fsspec.filesystem(
-        "s3",
-        key=store.access_key,
-        secret=store.secret_key,
-        endpoint_url=store.endpoint,
-        skip_instance_cache=True,
-    )
+    store_fs = store.filesystem()
     assert not store_fs.exists(f"{store.bucket}/checkpoint-bench/"), "the benchmark deleted what it wrote"

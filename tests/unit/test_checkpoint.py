@@ -700,17 +700,8 @@ time.sleep(60)
 
 
 def test_sigterm_writes_an_interrupted_report_and_exits_143(tmp_path: Path) -> None:
-    log = tmp_path / "termination-log"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SIGTERMED, str(tmp_path / "ckpt")],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    proc.terminate()
-    assert proc.wait(10) == 143
-    report = json.loads(log.read_text())
+    code, report, _ = _terminated(tmp_path, SIGTERMED)
+    assert code == 143
     assert (report["status"], report["step"]) == ("interrupted", 5)
 
 
@@ -729,17 +720,8 @@ time.sleep(60)  # e.g. waiting for the other ranks, when the pod is deleted
 def test_sigterm_after_the_final_report_leaves_it(tmp_path: Path) -> None:
     """A process that has reported (completed, or fenced off) and is stopped on its way out (its pod
     deleted as its job failed) keeps what it reported, not ``interrupted``."""
-    log = tmp_path / "termination-log"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", REPORTED_THEN_SIGTERMED, str(tmp_path / "ckpt")],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    proc.terminate()
-    assert proc.wait(10) == 143
-    report = json.loads(log.read_text())
+    code, report, _ = _terminated(tmp_path, REPORTED_THEN_SIGTERMED)
+    assert code == 143
     assert (report["status"], report["step"], report["metrics"]) == ("completed", 5, {"accuracy": 0.5})
 
 
@@ -784,31 +766,42 @@ for step in range(1, 10_000):
 """
 
 
-def _terminated(tmp_path: Path, *, wait: float, cooperates: bool) -> tuple[int, dict[str, Any], float]:
+def _terminated(
+    tmp_path: Path, script: str, *args: str, settle: float = 0.0, timeout: float = 10
+) -> tuple[int, dict[str, Any], float]:
+    """Run ``script`` (its checkpoint directory first, then ``args``) until it prints ``ready``, wait
+    ``settle`` seconds, SIGTERM it and give it ``timeout`` seconds to end: its exit code, its
+    termination report, and how long it took to end."""
     log = tmp_path / "termination-log"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            STOPS_AT_STEP_END,
-            str(tmp_path / "ckpt"),
-            str(wait),
-            "cooperates" if cooperates else "not",
-        ],
+        [sys.executable, "-c", script, str(tmp_path / "ckpt"), *args],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "KUBETRAIN_TERMINATION_MESSAGE_PATH": str(log)},
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
+    time.sleep(settle)
     started = time.monotonic()
     proc.terminate()
-    code = proc.wait(30)
+    code = proc.wait(timeout)
     return code, json.loads(log.read_text()), time.monotonic() - started
 
 
+def _stopped_at_step_end(
+    tmp_path: Path, *, wait: float, cooperates: bool
+) -> tuple[int, dict[str, Any], float]:
+    return _terminated(
+        tmp_path,
+        STOPS_AT_STEP_END,
+        str(wait),
+        "cooperates" if cooperates else "not",
+        settle=0.3,
+        timeout=30,
+    )
+
+
 def test_after_save_on_termination_sigterm_saves_the_step_it_stops_at(tmp_path: Path) -> None:
-    code, report, _ = _terminated(tmp_path, wait=20, cooperates=True)
+    code, report, _ = _stopped_at_step_end(tmp_path, wait=20, cooperates=True)
     assert code == EXIT_TERMINATED == 143
     assert report["status"] == "preempted" and report["step"] > 1
     ckpt = CheckpointManager(tmp_path / "ckpt", rank=0)
@@ -818,7 +811,7 @@ def test_after_save_on_termination_sigterm_saves_the_step_it_stops_at(tmp_path: 
 
 
 def test_a_loop_that_never_reaches_end_of_step_exits_after_the_wait_without_saving(tmp_path: Path) -> None:
-    code, report, took = _terminated(tmp_path, wait=1, cooperates=False)
+    code, report, took = _stopped_at_step_end(tmp_path, wait=1, cooperates=False)
     assert code == 143 and report["status"] == "interrupted"
     assert took >= 0.9
     assert CheckpointManager(tmp_path / "ckpt", rank=0).latest() is None
